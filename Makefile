@@ -1,0 +1,44 @@
+# fedepth developer entry points. Every target installs into .venv first when needed.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help install demo test test-fast lint format proto bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.txt setup.py pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install the project and its dependencies
+
+demo: $(STAMP)  ## run the main job on its embedded default
+	$(VENV)/bin/fedepth demo
+
+test: $(STAMP)  ## run the whole test suite
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)  ## the suite without tests marked slow
+	$(PY) -m pytest -q -m "not slow"
+
+lint: $(STAMP)  ## ruff (lint + format check) and mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: $(STAMP)  ## apply ruff formatting and safe fixes
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench: $(STAMP)  ## run the micro-benchmarks in benchmarks/
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:  ## remove build outputs (keeps .venv)
+	rm -rf build install log *.egg-info .mypy_cache .ruff_cache .pytest_cache

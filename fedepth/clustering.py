@@ -1,0 +1,391 @@
+"""Soft clustering of clients from Gaussian descriptors (FeDepth, Sec. 3.3), and the baselines' hard
+clusterings.
+
+Everything here is a pure function on numpy arrays:
+
+- :func:`jeffreys_matrix` / :func:`jeffreys_cross`: symmetric KL (Jeffreys) divergence between
+  diagonal Gaussians N(mu, diag(var)), in closed form and vectorized over all pairs.
+- :func:`soft_cluster_map`: ``M[i, j] = A[i, j] <= tau``; row i is the cluster seeded by client i.
+- :func:`merge_subsets`: drop duplicate rows and rows that are proper subsets of another row.
+- :func:`overlap_ratio`, :func:`calibrate_tau`: the overlap-driven choice of tau (paper: 20 %).
+- :func:`route`: the paper's sequence-level routing of an unseen descriptor.
+- :func:`hard_clusters`: agglomerative clustering (average linkage) cut at tau, used by the
+  ``hard`` and PACFL baselines; :func:`principal_angle_matrix` is PACFL's proximity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy.cluster.hierarchy import fcluster, linkage
+from scipy.spatial.distance import squareform
+
+FloatArray = npt.NDArray[np.floating]
+BoolArray = npt.NDArray[np.bool_]
+
+#: Row-block size for the Jeffreys matrix; bounds the float64 scratch to block x N.
+_BLOCK = 1024
+
+
+def _check_descriptors(means: npt.ArrayLike, variances: npt.ArrayLike, what: str) -> tuple:
+    m = np.asarray(means, dtype=np.float64)
+    v = np.asarray(variances, dtype=np.float64)
+    if m.ndim != 2 or v.ndim != 2:
+        raise ValueError(f"{what}: means and variances must be 2-D (N x D), got {m.shape} and "
+                         f"{v.shape}")
+    if m.shape != v.shape:
+        raise ValueError(f"{what}: means {m.shape} and variances {v.shape} differ in shape")
+    if not (np.isfinite(m).all() and np.isfinite(v).all()):
+        raise ValueError(f"{what}: descriptors contain NaN or Inf")
+    if (v <= 0).any():
+        raise ValueError(f"{what}: variances must be > 0 (apply the descriptor's variance floor)")
+    return m, v
+
+
+def jeffreys_cross(
+    m_a: npt.ArrayLike, v_a: npt.ArrayLike, m_b: npt.ArrayLike, v_b: npt.ArrayLike
+) -> FloatArray:
+    """Jeffreys divergence between every Gaussian of set a and every Gaussian of set b.
+
+    ``J(a, b) = KL(a || b) + KL(b || a)
+    = 0.5 * sum_d [ s_a/s_b + s_b/s_a - 2 + (m_a - m_b)^2 (1/s_a + 1/s_b) ]``
+    (the log-determinant terms cancel). Returns float64 of shape (Na, Nb).
+
+    Computed as two matrix products: with ``K[a, b] = sum_d (s_a + (m_a - m_b)^2) / s_b``,
+    ``J = 0.5 * (K + K'^T) - D``, and ``K = [s_a + m_a^2, m_a] @ [1/s_b, -2 m_b/s_b]^T + sum m_b^2/s_b``.
+    Means are centred on the pooled mean and every dimension is scaled by its pooled standard
+    deviation first; J is invariant to both, and they keep the expansion well conditioned.
+    """
+    ma, va = _check_descriptors(m_a, v_a, "set a")
+    mb, vb = _check_descriptors(m_b, v_b, "set b")
+    if ma.shape[1] != mb.shape[1]:
+        raise ValueError(f"descriptor dimensions differ: {ma.shape[1]} vs {mb.shape[1]}")
+    centre, scale = _conditioning(np.concatenate([ma, mb]), np.concatenate([va, vb]))
+    ma, va = (ma - centre) / scale, va / scale**2
+    mb, vb = (mb - centre) / scale, vb / scale**2
+    k_ab = _k_matrix(ma, va, mb, vb)
+    k_ba = _k_matrix(mb, vb, ma, va)
+    out = 0.5 * (k_ab + k_ba.T) - ma.shape[1]
+    np.maximum(out, 0.0, out=out)
+    return out
+
+
+def jeffreys_matrix(
+    means: npt.ArrayLike, variances: npt.ArrayLike, *, dtype: npt.DTypeLike = np.float64
+) -> FloatArray:
+    """Pairwise Jeffreys divergence A (N x N) of N diagonal Gaussians (rows of ``means``/``variances``).
+
+    Symmetric, exactly zero on the diagonal, non-negative. The products run in float64 in row
+    blocks of at most 1024 clients, so scratch memory is O(block x N) beside the output; pass
+    ``dtype=np.float32`` to halve the output (10,000 clients: 400 MB instead of 800 MB).
+    """
+    m, v = _check_descriptors(means, variances, "descriptors")
+    n, d = m.shape
+    centre, scale = _conditioning(m, v)
+    m = (m - centre) / scale
+    v = v / scale**2
+    inv = 1.0 / v
+    left = np.concatenate([v + m * m, m], axis=1)  # (N, 2D)
+    right = np.concatenate([inv, -2.0 * m * inv], axis=1)  # (N, 2D)
+    bias = np.einsum("nd,nd->n", m * m, inv)  # sum_d m_b^2 / s_b
+    out = np.empty((n, n), dtype=dtype)
+    # K[i, j] = left_i . right_j + bias_j ; A = 0.5 (K + K^T) - D, filled block by block.
+    for i0 in range(0, n, _BLOCK):
+        i1 = min(n, i0 + _BLOCK)
+        k_rows = left[i0:i1] @ right.T
+        k_rows += bias[None, :]
+        k_cols = right[i0:i1] @ left.T  # = K[:, i0:i1].T
+        k_cols += bias[i0:i1, None]
+        block = 0.5 * (k_rows + k_cols) - d
+        np.maximum(block, 0.0, out=block)
+        out[i0:i1] = block
+    np.fill_diagonal(out, 0.0)
+    # The two halves are computed by the same arithmetic in a different order; make A exactly
+    # symmetric so that thresholding can never give an asymmetric map.
+    _symmetrize_inplace(out)
+    return out
+
+
+def _conditioning(m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    centre = m.mean(axis=0)
+    scale = np.sqrt(v.mean(axis=0) + m.var(axis=0))
+    scale[scale == 0] = 1.0
+    return centre, scale
+
+
+def _k_matrix(ma: np.ndarray, va: np.ndarray, mb: np.ndarray, vb: np.ndarray) -> np.ndarray:
+    inv_b = 1.0 / vb
+    k = np.concatenate([va + ma * ma, ma], axis=1) @ np.concatenate(
+        [inv_b, -2.0 * mb * inv_b], axis=1
+    ).T
+    k += np.einsum("nd,nd->n", mb * mb, inv_b)[None, :]
+    return k
+
+
+def _symmetrize_inplace(a: np.ndarray) -> None:
+    n = a.shape[0]
+    for i0 in range(0, n, _BLOCK):
+        i1 = min(n, i0 + _BLOCK)
+        for j0 in range(i0, n, _BLOCK):
+            j1 = min(n, j0 + _BLOCK)
+            sym = 0.5 * (a[i0:i1, j0:j1] + a[j0:j1, i0:i1].T)
+            a[i0:i1, j0:j1] = sym
+            a[j0:j1, i0:i1] = sym.T
+
+
+def _check_square(A: npt.ArrayLike) -> np.ndarray:
+    a = np.asarray(A)
+    if a.ndim != 2 or a.shape[0] != a.shape[1]:
+        raise ValueError(f"the divergence matrix must be square (N x N), got shape {a.shape}")
+    if a.shape[0] == 0:
+        raise ValueError("the divergence matrix is empty: no clients")
+    if np.isnan(a).any():
+        raise ValueError("the divergence matrix contains NaN")
+    return a
+
+
+def soft_cluster_map(A: npt.ArrayLike, tau: float) -> BoolArray:
+    """Initial soft cluster map ``M[i, j] = A[i, j] <= tau`` (N x N); row i is seeded by client i."""
+    a = _check_square(A)
+    if not np.isfinite(tau) and tau != np.inf:
+        raise ValueError(f"tau must be a number, got {tau}")
+    if tau < 0:
+        raise ValueError(f"tau must be >= 0, got {tau}")
+    return a <= tau
+
+
+def merge_subsets(M: npt.ArrayLike) -> BoolArray:
+    """Merge redundant clusters: the K x N map of the maximal distinct rows of ``M``.
+
+    A row whose client set equals another row's, or is a proper subset of another row's, is
+    absorbed by that row. The paper repeats this until nothing changes; since "is a subset of"
+    is transitive, one pass that keeps exactly the maximal sets is already that fixed point.
+    Rows are returned in a canonical order (by their smallest member, then by size), so the
+    result depends on the client order only through the relabelling of the columns. Empty rows
+    are dropped. Every client that belongs to a row of ``M`` belongs to a row of the result.
+    """
+    m = np.asarray(M, dtype=bool)
+    if m.ndim != 2:
+        raise ValueError(f"the cluster map must be 2-D (K x N), got shape {m.shape}")
+    n = m.shape[1]
+    m = m[m.any(axis=1)]
+    if m.shape[0] == 0:
+        return np.zeros((0, n), dtype=bool)
+    packed = np.packbits(m, axis=1)
+    packed = np.unique(packed, axis=0)  # drop duplicate rows
+    sizes = np.unpackbits(packed, axis=1, count=n).sum(axis=1)
+    order = np.argsort(-sizes, kind="stable")
+    kept: list[np.ndarray] = []
+    kept_bits = np.empty((0, n), dtype=bool)
+    for idx in order:
+        row = packed[idx]
+        members = np.flatnonzero(np.unpackbits(row, count=n))
+        if kept:
+            # Only a larger (already kept) row can contain this one; kept rows are maximal, and
+            # any superset is either kept or contained in a kept row, so checking those suffices.
+            cand = kept_bits[:, members[0]]
+            if cand.any() and kept_bits[cand][:, members].all(axis=1).any():
+                continue
+        kept.append(row)
+        bits = np.zeros((1, n), dtype=bool)
+        bits[0, members] = True
+        kept_bits = np.concatenate([kept_bits, bits])
+    return _canonical_order(kept_bits)
+
+
+def _canonical_order(m: BoolArray) -> BoolArray:
+    if m.shape[0] <= 1:
+        return m
+    first = m.argmax(axis=1)
+    size = m.sum(axis=1)
+    # Rows of a merged map are distinct and no row contains another, so (first member, -size,
+    # the membership pattern itself) is a total order: lexsort on the packed bytes breaks ties.
+    packed = np.packbits(m, axis=1)
+    keys = [packed[:, j] for j in range(packed.shape[1] - 1, -1, -1)] + [-size, first]
+    return m[np.lexsort(keys)]
+
+
+def overlap_ratio(M_star: npt.ArrayLike) -> float:
+    """Fraction of clients that belong to two or more clusters of the (merged) map."""
+    m = np.asarray(M_star, dtype=bool)
+    if m.ndim != 2 or m.shape[1] == 0:
+        raise ValueError(f"the cluster map must be K x N with N > 0, got shape {m.shape}")
+    return float((m.sum(axis=0) >= 2).mean())
+
+
+@dataclass(frozen=True)
+class Clustering:
+    """A merged soft clustering: threshold, map (K x N) and its overlap ratio."""
+
+    tau: float
+    M_star: BoolArray
+    overlap: float
+
+    @property
+    def num_clusters(self) -> int:
+        return int(self.M_star.shape[0])
+
+    def clusters(self) -> list[list[int]]:
+        """Client indices of each cluster."""
+        return [np.flatnonzero(row).tolist() for row in self.M_star]
+
+    def memberships(self) -> list[list[int]]:
+        """Cluster indices of each client."""
+        return [np.flatnonzero(col).tolist() for col in self.M_star.T]
+
+
+def soft_clustering(A: npt.ArrayLike, tau: float) -> Clustering:
+    """Threshold, merge and measure: the FeDepth clustering at a given tau."""
+    m_star = merge_subsets(soft_cluster_map(A, tau))
+    return Clustering(tau=float(tau), M_star=m_star, overlap=overlap_ratio(m_star))
+
+
+#: Above this many distinct candidate thresholds calibrate_tau searches a grid instead.
+EXHAUSTIVE_LIMIT = 512
+_GRID = 48
+
+
+def calibrate_tau(A: npt.ArrayLike, overlap: float, *, exhaustive_limit: int = EXHAUSTIVE_LIMIT
+                  ) -> float:
+    """The tau whose merged soft map has the overlap ratio closest to ``overlap`` (in [0, 1]).
+
+    The map only changes at the distinct off-diagonal values of A, so those values are the
+    candidate thresholds (tau = a value includes that pair). With at most ``exhaustive_limit``
+    candidates every one is evaluated; beyond that a grid of quantiles of the candidates is
+    searched, then refined between the neighbours of the best grid point (twice).
+
+    Tie rule: among thresholds with equally close overlap, the smallest tau wins: it gives the
+    most specific clusters that meet the target. Note that a single cluster holding everyone has
+    overlap 0 (no client is in two clusters), like all-singletons; the target 0 therefore
+    returns the smallest threshold, every client in its own cluster unless descriptors coincide.
+    """
+    a = _check_square(A)
+    if not 0.0 <= overlap <= 1.0:
+        raise ValueError(f"the target overlap ratio must lie in [0, 1], got {overlap}")
+    n = a.shape[0]
+    if n == 1:
+        return 0.0
+    cand = np.unique(a[~np.eye(n, dtype=bool)])
+    cand = cand[np.isfinite(cand)]
+    if cand.size == 0:
+        return 0.0
+
+    def err(tau: float) -> float:
+        return abs(overlap_ratio(merge_subsets(a <= tau)) - overlap)
+
+    if cand.size <= exhaustive_limit:
+        errors = np.array([err(t) for t in cand])
+        return float(cand[int(np.argmin(errors))])  # argmin: first (smallest tau) of the ties
+
+    lo, hi = 0, cand.size - 1
+    best_i, best_e = lo, np.inf
+    for _ in range(3):
+        idx = np.unique(np.linspace(lo, hi, _GRID).round().astype(int))
+        errors = np.array([err(cand[i]) for i in idx])
+        j = int(np.argmin(errors))
+        if errors[j] < best_e or (errors[j] == best_e and idx[j] < best_i):
+            best_i, best_e = int(idx[j]), float(errors[j])
+        if best_e == 0.0 or idx.size < 3:
+            break
+        lo = int(idx[max(0, j - 1)])
+        hi = int(idx[min(idx.size - 1, j + 1)])
+    return float(cand[best_i])
+
+
+def route(divergences_to_clients: npt.ArrayLike, M_star: npt.ArrayLike, tau: float) -> list[int]:
+    """Clusters an unseen sequence is routed to (paper, Sec. 3.3 "Inference").
+
+    ``S_k`` is the mean divergence from the sequence to the members of cluster k; every k with
+    ``S_k <= tau`` is returned (ascending), else the single nearest cluster (lowest index on a tie).
+    """
+    d = np.asarray(divergences_to_clients, dtype=np.float64).reshape(-1)
+    m = np.asarray(M_star, dtype=bool)
+    if m.ndim != 2 or m.shape[0] == 0:
+        raise ValueError(f"the cluster map must be K x N with K > 0, got shape {m.shape}")
+    if m.shape[1] != d.size:
+        raise ValueError(f"{d.size} divergences given for a map of {m.shape[1]} clients")
+    if np.isnan(d).any():
+        raise ValueError("divergences contain NaN")
+    counts = m.sum(axis=1)
+    if (counts == 0).any():
+        raise ValueError("the cluster map has an empty cluster")
+    scores = (m @ d) / counts
+    chosen = np.flatnonzero(scores <= tau)
+    if chosen.size:
+        return chosen.tolist()
+    return [int(np.argmin(scores))]
+
+
+def cluster_scores(divergences_to_clients: npt.ArrayLike, M_star: npt.ArrayLike) -> FloatArray:
+    """``S_k``: the mean divergence to the members of each cluster (K,)."""
+    m = np.asarray(M_star, dtype=bool)
+    d = np.asarray(divergences_to_clients, dtype=np.float64).reshape(-1)
+    return np.asarray((m @ d) / m.sum(axis=1), dtype=np.float64)
+
+
+def labels_to_map(labels: Sequence[int] | npt.ArrayLike) -> BoolArray:
+    """One-hot cluster map (K x N) of a hard assignment, clusters ordered by first member."""
+    lab = np.asarray(labels).reshape(-1)
+    _, first_idx, inverse = np.unique(lab, return_index=True, return_inverse=True)
+    order = np.argsort(first_idx)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    m = np.zeros((order.size, lab.size), dtype=bool)
+    m[rank[inverse], np.arange(lab.size)] = True
+    return m
+
+
+def hard_clusters(A: npt.ArrayLike, tau: float) -> BoolArray:
+    """Agglomerative (average-linkage) clustering of a distance matrix cut at ``tau``.
+
+    Two groups are joined while their mean pairwise distance is <= tau; the result is a
+    one-hot K x N map (every client in exactly one cluster). Used by the ``hard`` baseline
+    (Table 3a) on the Jeffreys matrix and by PACFL on principal angles.
+    """
+    a = _check_square(A).astype(np.float64)
+    if tau < 0:
+        raise ValueError(f"tau must be >= 0, got {tau}")
+    n = a.shape[0]
+    if n == 1:
+        return np.ones((1, 1), dtype=bool)
+    sym = 0.5 * (a + a.T)
+    np.fill_diagonal(sym, 0.0)
+    z = linkage(squareform(sym, checks=False), method="average")
+    return labels_to_map(fcluster(z, t=tau, criterion="distance"))
+
+
+def subspace_basis(features: npt.ArrayLike, p: int) -> FloatArray:
+    """PACFL: the top-p left singular vectors (D x p) of a client's feature matrix (D x n).
+
+    ``features`` holds one column per sample (here: per-frame GeM descriptors). Fewer samples
+    than p give fewer basis vectors; PACFL's proximity uses the columns available.
+    """
+    x = np.asarray(features, dtype=np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"features must be D x n, got shape {x.shape}")
+    if p < 1:
+        raise ValueError(f"p must be >= 1, got {p}")
+    u, _, _ = np.linalg.svd(x, full_matrices=False)
+    return u[:, : min(p, u.shape[1])]
+
+
+def principal_angle_matrix(bases: Sequence[npt.ArrayLike]) -> FloatArray:
+    """PACFL proximity: smallest principal angle (degrees) between every pair of subspaces.
+
+    ``bases[i]`` is a D x p_i orthonormal basis. The smallest principal angle between spans
+    U_i and U_j is ``arccos(sigma_max(U_i^T U_j))``.
+    """
+    us = [np.asarray(u, dtype=np.float64) for u in bases]
+    n = len(us)
+    if n == 0:
+        raise ValueError("no subspaces given")
+    out = np.zeros((n, n), dtype=np.float64)
+    for i in range(n):
+        for j in range(i + 1, n):
+            s = np.linalg.svd(us[i].T @ us[j], compute_uv=False)
+            ang = np.degrees(np.arccos(np.clip(s.max() if s.size else 0.0, -1.0, 1.0)))
+            out[i, j] = out[j, i] = ang
+    return out

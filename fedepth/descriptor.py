@@ -1,0 +1,209 @@
+"""Client descriptor (FeDepth, Sec. 3.3): GeM pooling of frozen-encoder features, then a diagonal
+Gaussian (channel-wise mean and variance) over n sampled frames.
+
+The descriptor is all a robot ever sends about its data: D means and D variances.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+#: Default variance floor. A channel that does not vary over the sampled frames (a single frame,
+#: or a ReLU channel that never fires, whose GeM value is the clamp eps on every frame) has zero
+#: empirical variance; the Jeffreys divergence divides by variances, so every variance is raised
+#: to at least this value (in squared feature units; GeM outputs are >= eps = 1e-6).
+VAR_FLOOR = 1e-6
+
+
+def gem(x: torch.Tensor, p: float = 3.0, eps: float = 1e-6) -> torch.Tensor:
+    """Generalized-mean pooling over the spatial axes: (B, C, H, W) -> (B, C).
+
+    ``g = (mean_{h,w} clamp(z, eps)^p)^(1/p)``, computed in float32 whatever the input dtype
+    (p = 1 is average pooling, p -> inf approaches max pooling).
+    """
+    if x.ndim != 4:
+        raise ValueError(f"gem expects a (B, C, H, W) feature map, got shape {tuple(x.shape)}")
+    if p <= 0:
+        raise ValueError(f"gem needs p > 0, got {p}")
+    z = x.float().clamp(min=eps)
+    return z.pow(p).mean(dim=(-2, -1)).pow(1.0 / p)
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """A client's Gaussian descriptor: mean and variance (D,) over ``num_frames`` GeM vectors."""
+
+    mean: npt.NDArray[np.float64]
+    var: npt.NDArray[np.float64]
+    num_frames: int
+
+    def __post_init__(self) -> None:
+        if self.mean.shape != self.var.shape or self.mean.ndim != 1:
+            raise ValueError(
+                f"descriptor mean {self.mean.shape} and variance {self.var.shape} must be equal 1-D"
+            )
+        if not (np.isfinite(self.mean).all() and np.isfinite(self.var).all()):
+            raise ValueError("descriptor contains NaN or Inf")
+        if (self.var <= 0).any():
+            raise ValueError("descriptor variances must be > 0")
+
+    @property
+    def dim(self) -> int:
+        return int(self.mean.size)
+
+
+def stack_descriptors(descriptors: Sequence[Descriptor]) -> tuple[np.ndarray, np.ndarray]:
+    """(means, variances), each N x D, of a list of descriptors."""
+    if not descriptors:
+        raise ValueError("no descriptors given")
+    return (np.stack([d.mean for d in descriptors]), np.stack([d.var for d in descriptors]))
+
+
+def save_descriptors(path: str | Path, descriptors: Sequence[Descriptor],
+                     names: Sequence[str] | None = None) -> None:
+    """Write ``means``, ``variances`` (N x D) and optional ``names`` to an .npz file."""
+    means, variances = stack_descriptors(descriptors)
+    arrays: dict[str, Any] = {"means": means, "variances": variances}
+    if names is not None:
+        arrays["names"] = np.asarray(list(names), dtype=str)
+    np.savez(path, **arrays)
+
+
+class RunningMoments:
+    """Streaming mean and variance of D-dimensional vectors, merged batch by batch (Chan et al.).
+
+    Holds O(D) state whatever the number of vectors, in float64.
+    """
+
+    def __init__(self, dim: int) -> None:
+        self.count = 0
+        self.mean = np.zeros(dim, dtype=np.float64)
+        self._m2 = np.zeros(dim, dtype=np.float64)
+
+    def update(self, batch: npt.ArrayLike) -> None:
+        x = np.asarray(batch, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != self.mean.size:
+            raise ValueError(f"expected a (B, {self.mean.size}) batch, got shape {x.shape}")
+        nb = x.shape[0]
+        if nb == 0:
+            return
+        mb = x.mean(axis=0)
+        m2b = ((x - mb) ** 2).sum(axis=0)
+        n = self.count + nb
+        delta = mb - self.mean
+        self.mean = self.mean + delta * (nb / n)
+        self._m2 = self._m2 + m2b + delta**2 * (self.count * nb / n)
+        self.count = n
+
+    @property
+    def variance(self) -> np.ndarray:
+        """Population variance (divides by n): the Gaussian's maximum-likelihood fit."""
+        if self.count == 0:
+            raise ValueError("no vectors seen")
+        return self._m2 / self.count
+
+
+def sample_indices(num_available: int, n: int, seed: int) -> np.ndarray:
+    """The n_c = min(n, |X_c|) frame indices to describe a client, sorted, drawn without
+    replacement by a seeded generator (the same seed always picks the same frames)."""
+    if num_available <= 0:
+        raise ValueError("a client needs at least one frame to compute a descriptor")
+    if n <= 0:
+        raise ValueError(f"the number of descriptor frames must be > 0, got {n}")
+    rng = np.random.default_rng(seed)
+    k = min(n, num_available)
+    return np.sort(rng.choice(num_available, size=k, replace=False))
+
+
+FeatureFn = Callable[[torch.Tensor], torch.Tensor]
+
+
+class DescriptorExtractor:
+    """Frozen encoder -> GeM -> (mean, variance) over n sampled frames.
+
+    ``encoder`` maps a (B, 3, H, W) float batch in [0, 1] (RGB) to a non-negative feature map
+    (B, C, h, w); pass a model's ``forward_features``. It runs in eval mode under
+    ``torch.inference_mode`` in batches of ``batch_size``, so memory does not grow with n.
+    """
+
+    def __init__(
+        self,
+        encoder: FeatureFn,
+        *,
+        num_frames: int = 64,
+        batch_size: int = 8,
+        p: float = 3.0,
+        eps: float = 1e-6,
+        var_floor: float = VAR_FLOOR,
+        seed: int = 0,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be > 0, got {batch_size}")
+        if var_floor <= 0:
+            raise ValueError(f"var_floor must be > 0, got {var_floor}")
+        self.encoder = encoder
+        self.num_frames = num_frames
+        self.batch_size = batch_size
+        self.p = p
+        self.eps = eps
+        self.var_floor = var_floor
+        self.seed = seed
+        self.device = torch.device(device)
+
+    def pooled(self, images: torch.Tensor) -> torch.Tensor:
+        """GeM vectors (B, C) of a (B, 3, H, W) batch."""
+        module = getattr(self.encoder, "__self__", None)
+        if isinstance(module, torch.nn.Module):
+            module.eval()
+        with torch.inference_mode():
+            feats = self.encoder(images.to(self.device))
+            return gem(feats, p=self.p, eps=self.eps).cpu()
+
+    def extract(self, frames: Sequence[Any], *, to_tensor: Callable[[Any], torch.Tensor] | None
+                = None) -> Descriptor:
+        """Descriptor of a client whose frames are ``frames`` (indexable, read lazily).
+
+        Each frame is an (H, W, 3) uint8 RGB array unless ``to_tensor`` converts it to a
+        (3, H, W) float tensor in [0, 1].
+        """
+        convert = to_tensor or image_to_tensor
+        idx = sample_indices(len(frames), self.num_frames, self.seed)
+        moments: RunningMoments | None = None
+        for b0 in range(0, idx.size, self.batch_size):
+            batch = torch.stack([convert(frames[int(i)]) for i in idx[b0 : b0 + self.batch_size]])
+            g = self.pooled(batch).numpy()
+            if moments is None:
+                moments = RunningMoments(g.shape[1])
+            moments.update(g)
+        assert moments is not None  # idx is never empty
+        var = np.maximum(moments.variance, self.var_floor)
+        return Descriptor(mean=moments.mean.copy(), var=var, num_frames=int(idx.size))
+
+    def per_frame(self, frames: Sequence[Any], *, to_tensor: Callable[[Any], torch.Tensor] | None
+                  = None) -> np.ndarray:
+        """The GeM vectors (n_c, C) of the sampled frames themselves (PACFL's feature matrix)."""
+        convert = to_tensor or image_to_tensor
+        idx = sample_indices(len(frames), self.num_frames, self.seed)
+        out = [
+            self.pooled(torch.stack([convert(frames[int(i)]) for i in idx[b0 : b0 + self.batch_size]]))
+            .numpy()
+            for b0 in range(0, idx.size, self.batch_size)
+        ]
+        return np.concatenate(out).astype(np.float64)
+
+
+def image_to_tensor(image: Any) -> torch.Tensor:
+    """(H, W, 3) uint8 RGB array -> (3, H, W) float32 tensor in [0, 1]."""
+    arr = np.asarray(image)
+    if arr.ndim != 3 or arr.shape[2] != 3:
+        raise ValueError(f"expected an (H, W, 3) RGB image, got shape {arr.shape}")
+    t = torch.from_numpy(np.ascontiguousarray(arr)).permute(2, 0, 1)
+    return t.float().div_(255.0) if arr.dtype == np.uint8 else t.float()

@@ -1,0 +1,1 @@
+"""Federated learning strategies: one file per algorithm; shared arithmetic in ``aggregate``."""

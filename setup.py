@@ -1,0 +1,49 @@
+"""Packaging for fedepth: one ament_python package (fedepth_ros) that also installs with pip.
+
+The same file serves `colcon build` on a robot (ament resource marker, package.xml, launch and
+config files under share/fedepth_ros) and `pip install -e .` in a virtualenv, which is how the
+repository builds and tests.
+"""
+
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = "fedepth_ros"
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    description="Federated monocular depth estimation for heterogeneous robot fleets (FeDepth)",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.11",
+    packages=find_packages(include=["fedepth", "fedepth.*", "fedepth_coordinator",
+                                    "fedepth_coordinator.*", "fedepth_ros", "fedepth_ros.*"]),
+    package_data={"fedepth": ["py.typed"], "fedepth_coordinator": ["py.typed"]},
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+    ],
+    install_requires=[
+        "numpy",
+        "scipy",
+        "torch",
+        "torchvision",
+        "safetensors",
+        "pyyaml",
+        "tqdm",
+    ],
+    zip_safe=True,
+    maintainer="fedepth developers",
+    maintainer_email="fedepth@example.org",
+    tests_require=["pytest"],
+    entry_points={
+        "console_scripts": [
+            "fedepth = fedepth.cli:main",
+        ],
+    },
+)
