@@ -6,6 +6,7 @@ repository builds and tests.
 """
 
 from glob import glob
+from pathlib import Path
 
 from setuptools import find_packages, setup
 
@@ -15,12 +16,20 @@ setup(
     name=PACKAGE,
     version="0.1.0",
     description="Federated monocular depth estimation for heterogeneous robot fleets (FeDepth)",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=Path("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.11",
-    packages=find_packages(include=["fedepth", "fedepth.*", "fedepth_coordinator",
-                                    "fedepth_coordinator.*", "fedepth_ros", "fedepth_ros.*"]),
+    packages=find_packages(
+        include=[
+            "fedepth",
+            "fedepth.*",
+            "fedepth_coordinator",
+            "fedepth_coordinator.*",
+            "fedepth_ros",
+            "fedepth_ros.*",
+        ]
+    ),
     package_data={"fedepth": ["py.typed"], "fedepth_coordinator": ["py.typed"]},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),

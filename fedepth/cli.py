@@ -28,14 +28,18 @@ def _load_descriptors(path: Path) -> tuple[np.ndarray, np.ndarray, list[str] | N
     with data:
         missing = [k for k in ("means", "variances") if k not in data.files]
         if missing:
-            raise CliError(f"{path}: missing array(s) {', '.join(missing)} "
-                           f"(found: {', '.join(data.files) or 'none'})")
+            raise CliError(
+                f"{path}: missing array(s) {', '.join(missing)} "
+                f"(found: {', '.join(data.files) or 'none'})"
+            )
         means = np.asarray(data["means"], dtype=np.float64)
         variances = np.asarray(data["variances"], dtype=np.float64)
         names = [str(x) for x in data["names"]] if "names" in data.files else None
     if means.ndim != 2 or variances.ndim != 2 or means.shape != variances.shape:
-        raise CliError(f"{path}: means {means.shape} and variances {variances.shape} must both "
-                       "be N x D with the same shape")
+        raise CliError(
+            f"{path}: means {means.shape} and variances {variances.shape} must both "
+            "be N x D with the same shape"
+        )
     if means.shape[0] == 0 or means.shape[1] == 0:
         raise CliError(f"{path}: empty descriptors (shape {means.shape})")
     if not np.isfinite(means).all():
@@ -100,8 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--descriptors", required=True, metavar="F.npz", help="descriptor archive")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--tau", type=float, help="clustering threshold on the Jeffreys divergence")
-    g.add_argument("--overlap", type=float,
-                   help="target overlap ratio in [0, 1]; tau is calibrated to reach it")
+    g.add_argument(
+        "--overlap",
+        type=float,
+        help="target overlap ratio in [0, 1]; tau is calibrated to reach it",
+    )
     p.set_defaults(func=cmd_cluster)
 
     p = sub.add_parser("demo", help="the embedded default job")

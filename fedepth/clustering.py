@@ -1,5 +1,4 @@
-"""Soft clustering of clients from Gaussian descriptors (FeDepth, Sec. 3.3), and the baselines' hard
-clusterings.
+"""Soft clustering of clients from Gaussian descriptors (FeDepth, Sec. 3.3) and hard baselines.
 
 Everything here is a pure function on numpy arrays:
 
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from scipy import sparse
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
@@ -34,8 +34,9 @@ def _check_descriptors(means: npt.ArrayLike, variances: npt.ArrayLike, what: str
     m = np.asarray(means, dtype=np.float64)
     v = np.asarray(variances, dtype=np.float64)
     if m.ndim != 2 or v.ndim != 2:
-        raise ValueError(f"{what}: means and variances must be 2-D (N x D), got {m.shape} and "
-                         f"{v.shape}")
+        raise ValueError(
+            f"{what}: means and variances must be 2-D (N x D), got {m.shape} and {v.shape}"
+        )
     if m.shape != v.shape:
         raise ValueError(f"{what}: means {m.shape} and variances {v.shape} differ in shape")
     if not (np.isfinite(m).all() and np.isfinite(v).all()):
@@ -55,7 +56,8 @@ def jeffreys_cross(
     (the log-determinant terms cancel). Returns float64 of shape (Na, Nb).
 
     Computed as two matrix products: with ``K[a, b] = sum_d (s_a + (m_a - m_b)^2) / s_b``,
-    ``J = 0.5 * (K + K'^T) - D``, and ``K = [s_a + m_a^2, m_a] @ [1/s_b, -2 m_b/s_b]^T + sum m_b^2/s_b``.
+    ``J = 0.5 * (K + K'^T) - D``, and
+    ``K = [s_a + m_a^2, m_a] @ [1/s_b, -2 m_b/s_b]^T + sum m_b^2/s_b``.
     Means are centred on the pooled mean and every dimension is scaled by its pooled standard
     deviation first; J is invariant to both, and they keep the expansion well conditioned.
     """
@@ -76,7 +78,7 @@ def jeffreys_cross(
 def jeffreys_matrix(
     means: npt.ArrayLike, variances: npt.ArrayLike, *, dtype: npt.DTypeLike = np.float64
 ) -> FloatArray:
-    """Pairwise Jeffreys divergence A (N x N) of N diagonal Gaussians (rows of ``means``/``variances``).
+    """Pairwise Jeffreys divergence A (N x N) of N diagonal Gaussians (rows of means, variances).
 
     Symmetric, exactly zero on the diagonal, non-negative. The products run in float64 in row
     blocks of at most 1024 clients, so scratch memory is O(block x N) beside the output; pass
@@ -88,24 +90,18 @@ def jeffreys_matrix(
     m = (m - centre) / scale
     v = v / scale**2
     inv = 1.0 / v
-    left = np.concatenate([v + m * m, m], axis=1)  # (N, 2D)
-    right = np.concatenate([inv, -2.0 * m * inv], axis=1)  # (N, 2D)
-    bias = np.einsum("nd,nd->n", m * m, inv)  # sum_d m_b^2 / s_b
+    left = np.concatenate([v + m * m, m], axis=1).astype(dtype)  # (N, 2D)
+    right = np.concatenate([inv, -2.0 * m * inv], axis=1).astype(dtype)  # (N, 2D)
+    bias = np.einsum("nd,nd->n", m * m, inv).astype(dtype)  # sum_d m_b^2 / s_b
     out = np.empty((n, n), dtype=dtype)
-    # K[i, j] = left_i . right_j + bias_j ; A = 0.5 (K + K^T) - D, filled block by block.
+    # K[i, j] = left_i . right_j + bias_j, filled block by block; then A = 0.5 (K + K^T) - D,
+    # symmetrized in place block pair by block pair (each entry of K is computed once).
     for i0 in range(0, n, _BLOCK):
         i1 = min(n, i0 + _BLOCK)
-        k_rows = left[i0:i1] @ right.T
-        k_rows += bias[None, :]
-        k_cols = right[i0:i1] @ left.T  # = K[:, i0:i1].T
-        k_cols += bias[i0:i1, None]
-        block = 0.5 * (k_rows + k_cols) - d
-        np.maximum(block, 0.0, out=block)
-        out[i0:i1] = block
+        np.matmul(left[i0:i1], right.T, out=out[i0:i1])
+        out[i0:i1] += bias[None, :]
+    _symmetrize_inplace(out, shift=float(d))
     np.fill_diagonal(out, 0.0)
-    # The two halves are computed by the same arithmetic in a different order; make A exactly
-    # symmetric so that thresholding can never give an asymmetric map.
-    _symmetrize_inplace(out)
     return out
 
 
@@ -118,20 +114,23 @@ def _conditioning(m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 def _k_matrix(ma: np.ndarray, va: np.ndarray, mb: np.ndarray, vb: np.ndarray) -> np.ndarray:
     inv_b = 1.0 / vb
-    k = np.concatenate([va + ma * ma, ma], axis=1) @ np.concatenate(
-        [inv_b, -2.0 * mb * inv_b], axis=1
-    ).T
+    k = (
+        np.concatenate([va + ma * ma, ma], axis=1)
+        @ np.concatenate([inv_b, -2.0 * mb * inv_b], axis=1).T
+    )
     k += np.einsum("nd,nd->n", mb * mb, inv_b)[None, :]
     return k
 
 
-def _symmetrize_inplace(a: np.ndarray) -> None:
+def _symmetrize_inplace(a: np.ndarray, shift: float = 0.0) -> None:
+    """``a <- max(0.5 (a + a^T) - shift, 0)`` in place, one block pair at a time."""
     n = a.shape[0]
     for i0 in range(0, n, _BLOCK):
         i1 = min(n, i0 + _BLOCK)
         for j0 in range(i0, n, _BLOCK):
             j1 = min(n, j0 + _BLOCK)
-            sym = 0.5 * (a[i0:i1, j0:j1] + a[j0:j1, i0:i1].T)
+            sym = 0.5 * (a[i0:i1, j0:j1].astype(np.float64) + a[j0:j1, i0:i1].T) - shift
+            np.maximum(sym, 0.0, out=sym)
             a[i0:i1, j0:j1] = sym
             a[j0:j1, i0:i1] = sym.T
 
@@ -148,7 +147,7 @@ def _check_square(A: npt.ArrayLike) -> np.ndarray:
 
 
 def soft_cluster_map(A: npt.ArrayLike, tau: float) -> BoolArray:
-    """Initial soft cluster map ``M[i, j] = A[i, j] <= tau`` (N x N); row i is seeded by client i."""
+    """Initial soft map ``M[i, j] = A[i, j] <= tau`` (N x N); row i is the cluster seeded by i."""
     a = _check_square(A)
     if not np.isfinite(tau) and tau != np.inf:
         raise ValueError(f"tau must be a number, got {tau}")
@@ -174,26 +173,29 @@ def merge_subsets(M: npt.ArrayLike) -> BoolArray:
     m = m[m.any(axis=1)]
     if m.shape[0] == 0:
         return np.zeros((0, n), dtype=bool)
-    packed = np.packbits(m, axis=1)
-    packed = np.unique(packed, axis=0)  # drop duplicate rows
-    sizes = np.unpackbits(packed, axis=1, count=n).sum(axis=1)
-    order = np.argsort(-sizes, kind="stable")
-    kept: list[np.ndarray] = []
-    kept_bits = np.empty((0, n), dtype=bool)
-    for idx in order:
-        row = packed[idx]
-        members = np.flatnonzero(np.unpackbits(row, count=n))
-        if kept:
-            # Only a larger (already kept) row can contain this one; kept rows are maximal, and
-            # any superset is either kept or contained in a kept row, so checking those suffices.
-            cand = kept_bits[:, members[0]]
-            if cand.any() and kept_bits[cand][:, members].all(axis=1).any():
-                continue
-        kept.append(row)
-        bits = np.zeros((1, n), dtype=bool)
-        bits[0, members] = True
-        kept_bits = np.concatenate([kept_bits, bits])
-    return _canonical_order(kept_bits)
+    rows = np.unpackbits(np.unique(np.packbits(m, axis=1), axis=0), axis=1, count=n)
+    keep = _maximal_rows(sparse.csr_matrix(rows, dtype=np.int32))
+    return _canonical_order(rows[keep].astype(bool))
+
+
+def _maximal_rows(S: sparse.csr_matrix) -> np.ndarray:
+    """Indices of the rows of a binary sparse map that no other row dominates.
+
+    Row i is dominated by row j if it is a proper subset of j, or equal to j with j < i (so one
+    row of each group of duplicates survives). Both are read off the intersection counts
+    ``C = S S^T``: ``C[i, j] == |i|`` means i is contained in j. The cost is that of the sparse
+    product, small when clusters are small compared with the fleet.
+    """
+    size = np.asarray(S.sum(axis=1)).ravel()
+    C = (S @ S.T).tocoo()
+    i, j, c = C.row, C.col, C.data
+    off = i != j
+    i, j, c = i[off], j[off], c[off]
+    dominated = (c == size[i]) & ((size[j] > size[i]) | ((size[j] == size[i]) & (j < i)))
+    drop = np.zeros(S.shape[0], dtype=bool)
+    drop[i[dominated]] = True
+    drop |= size == 0
+    return np.flatnonzero(~drop)
 
 
 def _canonical_order(m: BoolArray) -> BoolArray:
@@ -243,24 +245,58 @@ def soft_clustering(A: npt.ArrayLike, tau: float) -> Clustering:
     return Clustering(tau=float(tau), M_star=m_star, overlap=overlap_ratio(m_star))
 
 
-#: Above this many distinct candidate thresholds calibrate_tau searches a grid instead.
-EXHAUSTIVE_LIMIT = 512
-_GRID = 48
+#: Up to this many distinct candidate thresholds calibrate_tau evaluates every one.
+EXHAUSTIVE_LIMIT = 1024
+_GRID = 24
 
 
-def calibrate_tau(A: npt.ArrayLike, overlap: float, *, exhaustive_limit: int = EXHAUSTIVE_LIMIT
-                  ) -> float:
+class _PairMap:
+    """The soft maps of one matrix for every tau up to ``t_max``, from its sparse pairs."""
+
+    def __init__(self, a: np.ndarray, t_max: float) -> None:
+        n = a.shape[0]
+        rows, cols, vals = [], [], []
+        for i0 in range(0, n, _BLOCK):  # upper triangle, block of rows at a time
+            blk = a[i0 : i0 + _BLOCK]
+            r, c = np.nonzero(blk <= t_max)
+            r = r + i0
+            upper = c > r
+            rows.append(r[upper])
+            cols.append(c[upper])
+            vals.append(blk[r[upper] - i0, c[upper]])
+        self.n = n
+        self.i = np.concatenate(rows)
+        self.j = np.concatenate(cols)
+        self.a = np.concatenate(vals).astype(np.float64)
+
+    def overlap(self, tau: float) -> float:
+        sel = self.a <= tau
+        diag = np.arange(self.n)
+        r = np.concatenate([diag, self.i[sel], self.j[sel]])
+        c = np.concatenate([diag, self.j[sel], self.i[sel]])
+        S = sparse.csr_matrix((np.ones(r.size, dtype=np.int32), (r, c)), shape=(self.n, self.n))
+        counts = np.asarray(S[_maximal_rows(S)].sum(axis=0)).ravel()
+        return float((counts >= 2).mean())
+
+
+def calibrate_tau(
+    A: npt.ArrayLike, overlap: float, *, exhaustive_limit: int = EXHAUSTIVE_LIMIT
+) -> float:
     """The tau whose merged soft map has the overlap ratio closest to ``overlap`` (in [0, 1]).
 
     The map only changes at the distinct off-diagonal values of A, so those values are the
     candidate thresholds (tau = a value includes that pair). With at most ``exhaustive_limit``
-    candidates every one is evaluated; beyond that a grid of quantiles of the candidates is
-    searched, then refined between the neighbours of the best grid point (twice).
+    candidates every one is evaluated. Beyond that, the search looks at the smallest values
+    first (a growing fraction of the pairs: 1 %, 4 %, 16 %, ... all): a grid over the sorted
+    candidates, narrowed to the neighbours of the best grid point until the last grid holds every
+    candidate left (a local search: it can miss a better isolated value). It widens the range while
+    the best overlap found is more than half a client away from the target, keeping the best
+    over all ranges. Small ranges keep every evaluation sparse for the overlaps used in practice.
 
     Tie rule: among thresholds with equally close overlap, the smallest tau wins: it gives the
-    most specific clusters that meet the target. Note that a single cluster holding everyone has
-    overlap 0 (no client is in two clusters), like all-singletons; the target 0 therefore
-    returns the smallest threshold, every client in its own cluster unless descriptors coincide.
+    most specific clusters that meet the target. A single cluster holding everyone has overlap 0
+    (no client is in two clusters), as do all-singletons; the target 0 therefore returns the
+    smallest candidate threshold.
     """
     a = _check_square(A)
     if not 0.0 <= overlap <= 1.0:
@@ -268,38 +304,66 @@ def calibrate_tau(A: npt.ArrayLike, overlap: float, *, exhaustive_limit: int = E
     n = a.shape[0]
     if n == 1:
         return 0.0
-    cand = np.unique(a[~np.eye(n, dtype=bool)])
-    cand = cand[np.isfinite(cand)]
-    if cand.size == 0:
-        return 0.0
+    upper = a[np.triu_indices(n, 1)] if n <= 2048 else None
+    if upper is not None:
+        cand = np.unique(upper[np.isfinite(upper)])
+        if cand.size == 0:
+            return 0.0
+        if cand.size <= exhaustive_limit:
+            pairs = _PairMap(a, float(cand[-1]))
+            errors = np.array([abs(pairs.overlap(t) - overlap) for t in cand])
+            return float(cand[int(np.argmin(errors))])  # argmin: the smallest tau of the ties
+    # Good enough: the overlap is a count of clients over n, so a gap under half a client is exact.
+    tolerance = 0.5 / n
+    best_tau, best_err = np.inf, np.inf
+    fraction = 0.01
+    while True:
+        pairs = _PairMap(a, _pair_quantile(a, fraction))
+        cand = np.unique(pairs.a)
+        if cand.size:
+            tau, err = _grid_search(pairs, cand, overlap)
+            if err < best_err or (err == best_err and tau < best_tau):
+                best_tau, best_err = tau, err
+        if fraction >= 1.0 or best_err <= tolerance:
+            return float(best_tau) if np.isfinite(best_tau) else 0.0
+        fraction = min(1.0, fraction * 4)
 
-    def err(tau: float) -> float:
-        return abs(overlap_ratio(merge_subsets(a <= tau)) - overlap)
 
-    if cand.size <= exhaustive_limit:
-        errors = np.array([err(t) for t in cand])
-        return float(cand[int(np.argmin(errors))])  # argmin: first (smallest tau) of the ties
+def _pair_quantile(a: np.ndarray, fraction: float) -> float:
+    """The value below which ``fraction`` of the off-diagonal entries lie (estimated from a
+    sample of one million entries when there are more), ``inf`` for fraction 1."""
+    if fraction >= 1.0:
+        return float(np.inf)
+    n = a.shape[0]
+    rng = np.random.default_rng(0)
+    k = min(1_000_000, n * (n - 1))
+    r = rng.integers(0, n, size=k)
+    c = (r + rng.integers(1, n, size=k)) % n  # never the diagonal
+    return float(np.quantile(a[r, c], fraction))
 
+
+def _grid_search(pairs: _PairMap, cand: np.ndarray, target: float) -> tuple[float, float]:
+    """Best (tau, |overlap - target|) over the sorted ``cand`` by a narrowing grid."""
     lo, hi = 0, cand.size - 1
     best_i, best_e = lo, np.inf
-    for _ in range(3):
+    while True:  # each level narrows [lo, hi] to two grid steps around the best point
         idx = np.unique(np.linspace(lo, hi, _GRID).round().astype(int))
-        errors = np.array([err(cand[i]) for i in idx])
+        errors = np.array([abs(pairs.overlap(float(cand[i])) - target) for i in idx])
         j = int(np.argmin(errors))
         if errors[j] < best_e or (errors[j] == best_e and idx[j] < best_i):
             best_i, best_e = int(idx[j]), float(errors[j])
-        if best_e == 0.0 or idx.size < 3:
+        if best_e == 0.0 or hi - lo + 1 <= _GRID:  # the last level was exhaustive
             break
         lo = int(idx[max(0, j - 1)])
         hi = int(idx[min(idx.size - 1, j + 1)])
-    return float(cand[best_i])
+    return float(cand[best_i]), best_e
 
 
 def route(divergences_to_clients: npt.ArrayLike, M_star: npt.ArrayLike, tau: float) -> list[int]:
     """Clusters an unseen sequence is routed to (paper, Sec. 3.3 "Inference").
 
     ``S_k`` is the mean divergence from the sequence to the members of cluster k; every k with
-    ``S_k <= tau`` is returned (ascending), else the single nearest cluster (lowest index on a tie).
+    ``S_k <= tau`` is returned (ascending), else the single nearest cluster (lowest index on ties).
     """
     d = np.asarray(divergences_to_clients, dtype=np.float64).reshape(-1)
     m = np.asarray(M_star, dtype=bool)

@@ -24,8 +24,9 @@ PLATFORMS = ("car", "falcon", "spot")
 ENVIRONMENTS = ("forest", "urban-day", "urban-night", "indoor")
 
 
-def synthetic_fleet(seed: int = 0, num_clients: int = 41, dim: int = 64
-                    ) -> tuple[np.ndarray, np.ndarray, list[tuple[str, str]]]:
+def synthetic_fleet(
+    seed: int = 0, num_clients: int = 41, dim: int = 64
+) -> tuple[np.ndarray, np.ndarray, list[tuple[str, str]]]:
     """Descriptors (means, variances) and (platform, environment) labels of a synthetic fleet.
 
     Factor model: mean = env_centre + platform_offset + trajectory noise, with environment
@@ -38,8 +39,9 @@ def synthetic_fleet(seed: int = 0, num_clients: int = 41, dim: int = 64
     plat_offset = {p: rng.normal(0.0, 0.5, dim) for p in PLATFORMS}
     env_spread = {"forest": 0.12, "urban-day": 0.08, "urban-night": 0.15, "indoor": 0.06}
     labels = [(PLATFORMS[i % 3], ENVIRONMENTS[(i // 3) % 4]) for i in range(num_clients)]
-    means = np.stack([env_centre[e] + plat_offset[p] + rng.normal(0.0, 0.25, dim)
-                      for p, e in labels])
+    means = np.stack(
+        [env_centre[e] + plat_offset[p] + rng.normal(0.0, 0.25, dim) for p, e in labels]
+    )
     variances = np.stack([env_spread[e] * np.exp(rng.normal(0.0, 0.2, dim)) for _, e in labels])
     return means, variances, labels
 
@@ -53,8 +55,10 @@ def run_clustering_demo(seed: int = 0, out: Path | None = None, overlap: float =
     tau = clustering.calibrate_tau(A, overlap)
     result = clustering.soft_clustering(A, tau)
 
-    print(f"FeDepth soft clustering of {len(labels)} synthetic robots "
-          f"(target overlap {overlap:.0%}):")
+    print(
+        f"FeDepth soft clustering of {len(labels)} synthetic robots "
+        f"(target overlap {overlap:.0%}):"
+    )
     print(f"  tau = {tau:.2f}  K = {result.num_clusters}  overlap = {result.overlap:.1%}")
     for k, members in enumerate(result.clusters()):
         tags = sorted({f"{labels[c][0]}/{labels[c][1]}" for c in members})

@@ -47,7 +47,8 @@ class Descriptor:
     def __post_init__(self) -> None:
         if self.mean.shape != self.var.shape or self.mean.ndim != 1:
             raise ValueError(
-                f"descriptor mean {self.mean.shape} and variance {self.var.shape} must be equal 1-D"
+                f"descriptor mean {self.mean.shape} and variance {self.var.shape}: "
+                "both must be 1-D with equal shape"
             )
         if not (np.isfinite(self.mean).all() and np.isfinite(self.var).all()):
             raise ValueError("descriptor contains NaN or Inf")
@@ -66,8 +67,9 @@ def stack_descriptors(descriptors: Sequence[Descriptor]) -> tuple[np.ndarray, np
     return (np.stack([d.mean for d in descriptors]), np.stack([d.var for d in descriptors]))
 
 
-def save_descriptors(path: str | Path, descriptors: Sequence[Descriptor],
-                     names: Sequence[str] | None = None) -> None:
+def save_descriptors(
+    path: str | Path, descriptors: Sequence[Descriptor], names: Sequence[str] | None = None
+) -> None:
     """Write ``means``, ``variances`` (N x D) and optional ``names`` to an .npz file."""
     means, variances = stack_descriptors(descriptors)
     arrays: dict[str, Any] = {"means": means, "variances": variances}
@@ -167,8 +169,9 @@ class DescriptorExtractor:
             feats = self.encoder(images.to(self.device))
             return gem(feats, p=self.p, eps=self.eps).cpu()
 
-    def extract(self, frames: Sequence[Any], *, to_tensor: Callable[[Any], torch.Tensor] | None
-                = None) -> Descriptor:
+    def extract(
+        self, frames: Sequence[Any], *, to_tensor: Callable[[Any], torch.Tensor] | None = None
+    ) -> Descriptor:
         """Descriptor of a client whose frames are ``frames`` (indexable, read lazily).
 
         Each frame is an (H, W, 3) uint8 RGB array unless ``to_tensor`` converts it to a
@@ -187,14 +190,16 @@ class DescriptorExtractor:
         var = np.maximum(moments.variance, self.var_floor)
         return Descriptor(mean=moments.mean.copy(), var=var, num_frames=int(idx.size))
 
-    def per_frame(self, frames: Sequence[Any], *, to_tensor: Callable[[Any], torch.Tensor] | None
-                  = None) -> np.ndarray:
+    def per_frame(
+        self, frames: Sequence[Any], *, to_tensor: Callable[[Any], torch.Tensor] | None = None
+    ) -> np.ndarray:
         """The GeM vectors (n_c, C) of the sampled frames themselves (PACFL's feature matrix)."""
         convert = to_tensor or image_to_tensor
         idx = sample_indices(len(frames), self.num_frames, self.seed)
         out = [
-            self.pooled(torch.stack([convert(frames[int(i)]) for i in idx[b0 : b0 + self.batch_size]]))
-            .numpy()
+            self.pooled(
+                torch.stack([convert(frames[int(i)]) for i in idx[b0 : b0 + self.batch_size]])
+            ).numpy()
             for b0 in range(0, idx.size, self.batch_size)
         ]
         return np.concatenate(out).astype(np.float64)

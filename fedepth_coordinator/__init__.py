@@ -1,1 +1,1 @@
-"""fedepth_coordinator: the gRPC coordinator service of a fedepth fleet (servicer -> handlers -> state)."""
+"""fedepth_coordinator: the fleet's gRPC coordinator (servicer -> handlers -> state) and client."""

@@ -1,1 +1,1 @@
-"""fedepth_ros: ROS 2 nodes of fedepth, thin adapters over the fedepth library and its coordinator client."""
+"""fedepth_ros: ROS 2 nodes, thin adapters over the fedepth library and the coordinator client."""

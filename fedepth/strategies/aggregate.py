@@ -15,8 +15,9 @@ import numpy.typing as npt
 State = Mapping[str, np.ndarray]
 
 
-def weighted_mean(states: Sequence[State], weights: Sequence[float] | npt.ArrayLike
-                  ) -> dict[str, np.ndarray]:
+def weighted_mean(
+    states: Sequence[State], weights: Sequence[float] | npt.ArrayLike
+) -> dict[str, np.ndarray]:
     """``sum_i w_i * state_i / sum_i w_i`` tensor by tensor.
 
     All states must have the same names, shapes and dtypes; weights must be non-negative with a
@@ -51,8 +52,9 @@ def weighted_mean(states: Sequence[State], weights: Sequence[float] | npt.ArrayL
     return out
 
 
-def cluster_models(states: Sequence[State], sizes: Sequence[float] | npt.ArrayLike,
-                   M_star: npt.ArrayLike) -> list[dict[str, np.ndarray]]:
+def cluster_models(
+    states: Sequence[State], sizes: Sequence[float] | npt.ArrayLike, M_star: npt.ArrayLike
+) -> list[dict[str, np.ndarray]]:
     """Cluster model k = data-size weighted mean of its members' states (paper: w_k^t).
 
     ``states[c]`` and ``sizes[c]`` belong to client c (column c of the K x N map ``M_star``).
@@ -68,12 +70,13 @@ def cluster_models(states: Sequence[State], sizes: Sequence[float] | npt.ArrayLi
         members = np.flatnonzero(row)
         if members.size == 0:
             raise ValueError(f"cluster {k} has no members")
-        out.append(weighted_mean([states[c] for c in members], sz[members]))
+        out.append(weighted_mean([states[int(c)] for c in members], sz[members]))
     return out
 
 
-def client_models(cluster_states: Sequence[State], M_star: npt.ArrayLike
-                  ) -> list[dict[str, np.ndarray]]:
+def client_models(
+    cluster_states: Sequence[State], M_star: npt.ArrayLike
+) -> list[dict[str, np.ndarray]]:
     """Client model c = plain mean of the models of the clusters it belongs to (paper: w_c^{t+1}).
 
     Computed on the server, so a client downloads one model whatever its memberships. Clients in
@@ -90,5 +93,5 @@ def client_models(cluster_states: Sequence[State], M_star: npt.ArrayLike
         if ks.size == 1:
             out.append(dict(cluster_states[ks[0]]))
         else:
-            out.append(weighted_mean([cluster_states[k] for k in ks], np.ones(ks.size)))
+            out.append(weighted_mean([cluster_states[int(k)] for k in ks], np.ones(ks.size)))
     return out

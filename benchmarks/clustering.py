@@ -1,0 +1,88 @@
+"""Benchmark of the clustering core: Jeffreys matrix + tau calibration + merge, N clients, D = 512.
+
+Descriptors come from a fleet model like the paper's: 12 domains (platform x environment), each
+client a noisy draw around its domain, so clusters and overlaps form as they would in a real
+fleet. Reports wall time per stage and the peak memory traced by tracemalloc (numpy reports its
+allocations there), also in units of one N x N float32 array. Target: N = 10,000 in under 5 s
+with memory of a few N x N float32 arrays.
+
+    python benchmarks/clustering.py [--sizes 100 1000 10000] [--dim 512] [--dtype float32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import tracemalloc
+
+import numpy as np
+
+from fedepth import clustering
+
+
+def fleet(n: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0.0, 1.0, size=(12, dim))
+    domain = rng.integers(0, 12, size=n)
+    # a third of the clients sit between two domains (mixed trajectories)
+    other = rng.integers(0, 12, size=n)
+    mix = np.where(rng.random(n) < 1 / 3, rng.uniform(0.2, 0.8, n), 0.0)[:, None]
+    means = (1 - mix) * centres[domain] + mix * centres[other] + rng.normal(0, 0.15, (n, dim))
+    variances = 0.05 * np.exp(rng.normal(0.0, 0.3, size=(n, dim)))
+    return means, variances
+
+
+def run(n: int, dim: int, dtype: str, overlap: float) -> dict[str, float]:
+    means, variances = fleet(n, dim)
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    A = clustering.jeffreys_matrix(means, variances, dtype=np.dtype(dtype))
+    t1 = time.perf_counter()
+    tau = clustering.calibrate_tau(A, overlap)
+    t2 = time.perf_counter()
+    result = clustering.soft_clustering(A, tau)
+    t3 = time.perf_counter()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return {
+        "N": n,
+        "D": dim,
+        "dtype": dtype,
+        "jeffreys_s": t1 - t0,
+        "calibrate_s": t2 - t1,
+        "merge_s": t3 - t2,
+        "total_s": t3 - t0,
+        "K": result.num_clusters,
+        "overlap": result.overlap,
+        "peak_mb": peak / 2**20,
+        "peak_in_nxn_float32": peak / (4.0 * n * n),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000])
+    parser.add_argument("--dim", type=int, default=512)
+    parser.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    parser.add_argument("--overlap", type=float, default=0.2)
+    parser.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    args = parser.parse_args()
+    header = f"{'N':>6} {'dtype':>8} {'jeffreys':>9} {'calib':>8} {'merge':>8} {'total':>8} "
+    header += f"{'K':>5} {'overlap':>8} {'peak MB':>8} {'xNxN f32':>8}"
+    if not args.json:
+        print(header)
+    for n in args.sizes:
+        r = run(n, args.dim, args.dtype, args.overlap)
+        if args.json:
+            print(json.dumps(r))
+            continue
+        print(
+            f"{n:>6} {r['dtype']:>8} {r['jeffreys_s']:>8.3f}s {r['calibrate_s']:>7.3f}s "
+            f"{r['merge_s']:>7.3f}s {r['total_s']:>7.3f}s {r['K']:>5} {r['overlap']:>8.1%} "
+            f"{r['peak_mb']:>8.0f} {r['peak_in_nxn_float32']:>8.1f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
