@@ -240,14 +240,21 @@ class Clustering:
 
 
 def soft_clustering(A: npt.ArrayLike, tau: float) -> Clustering:
-    """Threshold, merge and measure: the FeDepth clustering at a given tau."""
-    m_star = merge_subsets(soft_cluster_map(A, tau))
+    """Threshold, merge and measure: the FeDepth clustering at a given tau.
+
+    Equal to ``merge_subsets(soft_cluster_map(A, tau))``, computed on the sparse pairs within
+    tau (cheaper when clusters are small compared with the fleet).
+    """
+    a = _check_square(A)
+    if tau < 0:
+        raise ValueError(f"tau must be >= 0, got {tau}")
+    m_star = _canonical_order(_PairMap(a, tau).merged(tau).toarray().astype(bool))
     return Clustering(tau=float(tau), M_star=m_star, overlap=overlap_ratio(m_star))
 
 
 #: Up to this many distinct candidate thresholds calibrate_tau evaluates every one.
 EXHAUSTIVE_LIMIT = 1024
-_GRID = 24
+_GRID = 16
 
 
 class _PairMap:
@@ -269,13 +276,17 @@ class _PairMap:
         self.j = np.concatenate(cols)
         self.a = np.concatenate(vals).astype(np.float64)
 
-    def overlap(self, tau: float) -> float:
+    def merged(self, tau: float) -> sparse.csr_matrix:
+        """The merged map M* at ``tau`` (<= t_max) as a sparse K x N matrix (rows unordered)."""
         sel = self.a <= tau
         diag = np.arange(self.n)
         r = np.concatenate([diag, self.i[sel], self.j[sel]])
         c = np.concatenate([diag, self.j[sel], self.i[sel]])
         S = sparse.csr_matrix((np.ones(r.size, dtype=np.int32), (r, c)), shape=(self.n, self.n))
-        counts = np.asarray(S[_maximal_rows(S)].sum(axis=0)).ravel()
+        return S[_maximal_rows(S)]
+
+    def overlap(self, tau: float) -> float:
+        counts = np.asarray(self.merged(tau).sum(axis=0)).ravel()
         return float((counts >= 2).mean())
 
 

@@ -276,3 +276,14 @@ def test_subspace_basis_spans_the_features() -> None:
     U = C.subspace_basis(feats, p=2)
     assert U.shape == (10, 2)
     assert C.principal_angle_matrix([U, basis])[0, 1] == pytest.approx(0.0, abs=1e-5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(descriptor_sets, st.floats(0, 200))
+def test_soft_clustering_equals_map_then_merge(
+    data: tuple[np.ndarray, np.ndarray], tau: float
+) -> None:
+    A = C.jeffreys_matrix(*data)
+    result = C.soft_clustering(A, tau)
+    np.testing.assert_array_equal(result.M_star, C.merge_subsets(C.soft_cluster_map(A, tau)))
+    assert result.overlap == C.overlap_ratio(result.M_star)
