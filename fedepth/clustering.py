@@ -255,6 +255,9 @@ def soft_clustering(A: npt.ArrayLike, tau: float) -> Clustering:
 #: Up to this many distinct candidate thresholds calibrate_tau evaluates every one.
 EXHAUSTIVE_LIMIT = 1024
 _GRID = 16
+#: The searched calibration (more candidates than EXHAUSTIVE_LIMIT) stops once the overlap is
+#: this close to the target (or within half a client, whichever is larger).
+OVERLAP_TOLERANCE = 0.0025
 
 
 class _PairMap:
@@ -300,9 +303,10 @@ def calibrate_tau(
     candidates every one is evaluated. Beyond that, the search looks at the smallest values
     first (a growing fraction of the pairs: 1 %, 4 %, 16 %, ... all): a grid over the sorted
     candidates, narrowed to the neighbours of the best grid point until the last grid holds every
-    candidate left (a local search: it can miss a better isolated value). It widens the range while
-    the best overlap found is more than half a client away from the target, keeping the best
-    over all ranges. Small ranges keep every evaluation sparse for the overlaps used in practice.
+    candidate left (a local search: it can miss a better isolated value). It stops as soon as the
+    overlap is within ``max(0.5 / N, OVERLAP_TOLERANCE)`` of the target, and widens the range
+    while it is not, keeping the best over all ranges. Small ranges keep every evaluation sparse
+    for the overlaps used in practice.
 
     Tie rule: among thresholds with equally close overlap, the smallest tau wins: it gives the
     most specific clusters that meet the target. A single cluster holding everyone has overlap 0
@@ -324,15 +328,15 @@ def calibrate_tau(
             pairs = _PairMap(a, float(cand[-1]))
             errors = np.array([abs(pairs.overlap(t) - overlap) for t in cand])
             return float(cand[int(np.argmin(errors))])  # argmin: the smallest tau of the ties
-    # Good enough: the overlap is a count of clients over n, so a gap under half a client is exact.
-    tolerance = 0.5 / n
+    # Close enough: within half a client, or a quarter of a percentage point for large fleets.
+    tolerance = max(0.5 / n, OVERLAP_TOLERANCE)
     best_tau, best_err = np.inf, np.inf
     fraction = 0.01
     while True:
         pairs = _PairMap(a, _pair_quantile(a, fraction))
         cand = np.unique(pairs.a)
         if cand.size:
-            tau, err = _grid_search(pairs, cand, overlap)
+            tau, err = _grid_search(pairs, cand, overlap, tolerance)
             if err < best_err or (err == best_err and tau < best_tau):
                 best_tau, best_err = tau, err
         if fraction >= 1.0 or best_err <= tolerance:
@@ -353,7 +357,9 @@ def _pair_quantile(a: np.ndarray, fraction: float) -> float:
     return float(np.quantile(a[r, c], fraction))
 
 
-def _grid_search(pairs: _PairMap, cand: np.ndarray, target: float) -> tuple[float, float]:
+def _grid_search(
+    pairs: _PairMap, cand: np.ndarray, target: float, tolerance: float
+) -> tuple[float, float]:
     """Best (tau, |overlap - target|) over the sorted ``cand`` by a narrowing grid."""
     lo, hi = 0, cand.size - 1
     best_i, best_e = lo, np.inf
@@ -363,7 +369,7 @@ def _grid_search(pairs: _PairMap, cand: np.ndarray, target: float) -> tuple[floa
         j = int(np.argmin(errors))
         if errors[j] < best_e or (errors[j] == best_e and idx[j] < best_i):
             best_i, best_e = int(idx[j]), float(errors[j])
-        if best_e == 0.0 or hi - lo + 1 <= _GRID:  # the last level was exhaustive
+        if best_e <= tolerance or hi - lo + 1 <= _GRID:  # close enough, or last level exhaustive
             break
         lo = int(idx[max(0, j - 1)])
         hi = int(idx[min(idx.size - 1, j + 1)])
