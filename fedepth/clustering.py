@@ -438,6 +438,37 @@ def hard_clusters(A: npt.ArrayLike, tau: float) -> BoolArray:
     return labels_to_map(fcluster(z, t=tau, criterion="distance"))
 
 
+def hard_clusters_k(A: npt.ArrayLike, k: int) -> BoolArray:
+    """Agglomerative (average-linkage) clustering of a distance matrix into at most k clusters."""
+    a = _check_square(A).astype(np.float64)
+    if k < 1:
+        raise ValueError(f"the number of clusters must be >= 1, got {k}")
+    n = a.shape[0]
+    if n == 1:
+        return np.ones((1, 1), dtype=bool)
+    sym = 0.5 * (a + a.T)
+    np.fill_diagonal(sym, 0.0)
+    z = linkage(squareform(sym, checks=False), method="average")
+    return labels_to_map(fcluster(z, t=k, criterion="maxclust"))
+
+
+def largest_gap_threshold(A: npt.ArrayLike) -> float:
+    """A cut height for :func:`hard_clusters`: the middle of the largest gap between consecutive
+    merge heights of the average-linkage dendrogram of A (a standard way to pick the number of
+    clusters without a fixed threshold). One cluster when there are fewer than three clients.
+    """
+    a = _check_square(A).astype(np.float64)
+    n = a.shape[0]
+    if n < 3:
+        return float(a.max()) if a.size else 0.0
+    sym = 0.5 * (a + a.T)
+    np.fill_diagonal(sym, 0.0)
+    heights = np.sort(linkage(squareform(sym, checks=False), method="average")[:, 2])
+    gaps = np.diff(heights)
+    k = int(np.argmax(gaps))
+    return float(0.5 * (heights[k] + heights[k + 1]))
+
+
 def subspace_basis(features: npt.ArrayLike, p: int) -> FloatArray:
     """PACFL: the top-p left singular vectors (D x p) of a client's feature matrix (D x n).
 

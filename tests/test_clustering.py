@@ -287,3 +287,12 @@ def test_soft_clustering_equals_map_then_merge(
     result = C.soft_clustering(A, tau)
     np.testing.assert_array_equal(result.M_star, C.merge_subsets(C.soft_cluster_map(A, tau)))
     assert result.overlap == C.overlap_ratio(result.M_star)
+
+
+def test_largest_gap_threshold_and_k_clusters() -> None:
+    A = np.array([[0, 1, 9, 9], [1, 0, 9, 9], [9, 9, 0, 2], [9, 9, 2, 0]], dtype=float)
+    # merge heights 1, 2, 9: the largest gap is 2 -> 9, cut at 5.5
+    assert C.largest_gap_threshold(A) == 5.5
+    np.testing.assert_array_equal(C.hard_clusters_k(A, 2), [[1, 1, 0, 0], [0, 0, 1, 1]])
+    assert C.hard_clusters_k(A, 1).shape == (1, 4)
+    assert C.hard_clusters_k(A, 4).shape == (4, 4)

@@ -16,10 +16,27 @@ from fedepth.strategies.base import (
     Strategy,
     TrainTask,
 )
+from fedepth.strategies.cl import Centralized
 from fedepth.strategies.fedavg import FedAvg
+from fedepth.strategies.fedclust import FedClust
 from fedepth.strategies.fedepth import FeDepth
+from fedepth.strategies.group import GroupByEnvironment, GroupByPlatform
+from fedepth.strategies.hard import HardClustering
+from fedepth.strategies.pacfl import PACFL
 
-_REGISTRY: dict[str, type[Strategy]] = {cls.name: cls for cls in (FedAvg, FeDepth)}
+_REGISTRY: dict[str, type[Strategy]] = {
+    cls.name: cls
+    for cls in (
+        FedAvg,
+        FeDepth,
+        HardClustering,
+        PACFL,
+        FedClust,
+        GroupByPlatform,
+        GroupByEnvironment,
+        Centralized,
+    )
+}
 
 
 def list_strategies() -> list[str]:

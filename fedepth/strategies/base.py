@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fedepth import clustering
 from fedepth.descriptor import Descriptor
 from fedepth.strategies.aggregate import client_models, weighted_mean
 
@@ -148,8 +149,18 @@ class Strategy(ABC):
         """The one model client ``cid`` downloads (and is evaluated with)."""
 
     @abstractmethod
-    def route(self, descriptor: Descriptor | None) -> RouteDecision:
-        """The model serving an unseen sequence with this descriptor."""
+    def route(
+        self,
+        descriptor: Descriptor | None,
+        *,
+        labels: Mapping[str, str] | None = None,
+        extra: Mapping[str, np.ndarray] | None = None,
+    ) -> RouteDecision:
+        """The model serving an unseen sequence with this descriptor.
+
+        ``labels`` and ``extra`` carry what some baselines route by instead (the label groups:
+        the sequence's platform/environment; PACFL: its feature subspace basis).
+        """
 
     # -- persistence -------------------------------------------------------------------------
     @abstractmethod
@@ -217,6 +228,23 @@ class ClusteredStrategy(Strategy):
         self.M_star = np.concatenate([self.M_star, column], axis=1)
         self._index[info.cid] = len(self.clients)
         self.clients.append(info)
+
+    def nearest_by_descriptor(self, descriptor: Descriptor | None) -> list[int]:
+        """The single cluster whose members' descriptors are nearest on average (Jeffreys).
+
+        The routing rule of the hard-clustering baselines that have no routing of their own.
+        """
+        if descriptor is None:
+            raise ValueError(f"{self.name} routes unseen sequences by descriptor; none given")
+        known = [c.descriptor for c in self.clients]
+        if any(d is None for d in known):
+            raise ValueError(f"{self.name}: routing by descriptor needs every client's descriptor")
+        means = np.stack([d.mean for d in known if d is not None])
+        variances = np.stack([d.var for d in known if d is not None])
+        div = clustering.jeffreys_cross(
+            descriptor.mean[None], descriptor.var[None], means, variances
+        )[0]
+        return [int(np.argmin(clustering.cluster_scores(div, self.M_star)))]
 
     def average_of(self, clusters: Sequence[int]) -> State:
         """Plain mean of the given clusters' models (the routed model)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from fedepth.descriptor import Descriptor
@@ -16,7 +18,13 @@ class FedAvg(ClusteredStrategy):
     def form_clusters(self) -> np.ndarray:
         return np.ones((1, len(self.clients)), dtype=bool)
 
-    def route(self, descriptor: Descriptor | None) -> RouteDecision:
+    def route(
+        self,
+        descriptor: Descriptor | None,
+        *,
+        labels: Mapping[str, str] | None = None,
+        extra: Mapping[str, np.ndarray] | None = None,
+    ) -> RouteDecision:
         return RouteDecision(clusters=[0], weights=[1.0], state=self.cluster_states[0])
 
     def add_client(self, info: ClientInfo) -> None:

@@ -54,7 +54,13 @@ class FeDepth(ClusteredStrategy):
             descriptor.mean[None], descriptor.var[None], means, variances
         )[0]
 
-    def route(self, descriptor: Descriptor | None) -> RouteDecision:
+    def route(
+        self,
+        descriptor: Descriptor | None,
+        *,
+        labels: Mapping[str, str] | None = None,
+        extra: Mapping[str, np.ndarray] | None = None,
+    ) -> RouteDecision:
         if descriptor is None:
             raise ValueError("fedepth routes by descriptor; none given")
         assert self.tau is not None
