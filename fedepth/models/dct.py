@@ -12,7 +12,8 @@ come, as upstream, from a pyramid feature fusion first estimate refined by three
 
 Cheaper than upstream, as the issue asks: the coefficient tokenizer is one 1x1 embedding of the
 64-channel coefficient map (upstream runs a conv stack per coefficient and a cross-attention), and
-the log-depth input is a 3x3 conv over its 8x8 patches unshuffled to 64 channels.
+the log-depth input is a 3x3 conv over its 8x8 patches unshuffled to 64 channels. The step heads
+apply DCDepth's pyramid pooling before their 3x3 conv (``head_ppm``; off in the lite size).
 """
 
 from __future__ import annotations
@@ -69,26 +70,22 @@ class DCTOutput(DepthOutput):
 
 
 class SepConvGRU(nn.Module):
-    """Separable ConvGRU (RAFT / DCDepth): a 1x5 GRU update, then a 5x1 one."""
+    """Separable ConvGRU (RAFT / DCDepth): a 1x5 GRU update, then a 5x1 one.
+
+    The update (z) and reset (r) gates of each direction share one conv with 2 x hidden outputs.
+    """
 
     def __init__(self, hidden: int, inp: int) -> None:
         super().__init__()
         ch = hidden + inp
-        self.convz1 = nn.Conv2d(ch, hidden, (1, 5), padding=(0, 2))
-        self.convr1 = nn.Conv2d(ch, hidden, (1, 5), padding=(0, 2))
+        self.convzr1 = nn.Conv2d(ch, 2 * hidden, (1, 5), padding=(0, 2))
         self.convq1 = nn.Conv2d(ch, hidden, (1, 5), padding=(0, 2))
-        self.convz2 = nn.Conv2d(ch, hidden, (5, 1), padding=(2, 0))
-        self.convr2 = nn.Conv2d(ch, hidden, (5, 1), padding=(2, 0))
+        self.convzr2 = nn.Conv2d(ch, 2 * hidden, (5, 1), padding=(2, 0))
         self.convq2 = nn.Conv2d(ch, hidden, (5, 1), padding=(2, 0))
 
     def forward(self, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        for cz, cr, cq in (
-            (self.convz1, self.convr1, self.convq1),
-            (self.convz2, self.convr2, self.convq2),
-        ):
-            hx = torch.cat([h, x], dim=1)
-            z = torch.sigmoid(cz(hx))
-            r = torch.sigmoid(cr(hx))
+        for czr, cq in ((self.convzr1, self.convq1), (self.convzr2, self.convq2)):
+            z, r = torch.sigmoid(czr(torch.cat([h, x], dim=1))).chunk(2, dim=1)
             q = torch.tanh(cq(torch.cat([r * h, x], dim=1)))
             h = (1 - z) * h + z * q
         return h
@@ -146,7 +143,13 @@ class DCTUpdate(nn.Module):
     _freq_weight: torch.Tensor
 
     def __init__(
-        self, *, hidden_dim: int, input_dim: int, log_scale: float, seq_dropout: float
+        self,
+        *,
+        hidden_dim: int,
+        input_dim: int,
+        log_scale: float,
+        seq_dropout: float,
+        head_ppm: bool = True,
     ) -> None:
         super().__init__()
         self.log_scale = float(log_scale)
@@ -178,7 +181,7 @@ class DCTUpdate(nn.Module):
         self.fuse = nn.Sequential(nn.Conv2d(2 * mid, input_dim, 1), nn.Hardswish())
         self.gru = SepConvGRU(hidden_dim, input_dim)
         self.idx_embed = nn.Parameter(torch.empty(self.n_steps, hidden_dim, 1, 1))
-        self.ppm = PyramidPooling(hidden_dim)
+        self.ppm: nn.Module = PyramidPooling(hidden_dim) if head_ppm else nn.Identity()
         self.heads = nn.ModuleList(
             nn.Conv2d(hidden_dim, len(idx), 3, padding=1, padding_mode="replicate")
             for idx in steps
@@ -262,6 +265,7 @@ class DCDepth(DepthModel):
         mlp_ratio: float = 4.0,
         proj_kernel: int = 3,
         seq_dropout: float = 0.3,
+        head_ppm: bool = True,
         beta: float = 0.8,
         freq_reg_weight: float = 0.002,
         variance_focus: float = 0.85,
@@ -301,6 +305,7 @@ class DCDepth(DepthModel):
             input_dim=input_dim,
             log_scale=math.log(max_depth),
             seq_dropout=seq_dropout,
+            head_ppm=head_ppm,
         )
 
     def step_weights(self, n: int) -> list[float]:
@@ -356,7 +361,11 @@ def dcdepth_lite(
     encoder_weights: str | Path | None = None,
     window_size: int = 7,
 ) -> DCDepth:
-    """CPU DCDepth: MobileNetV3-Large encoder, 32-d GRU on the stride-8 grid, CRF widths to 192."""
+    """CPU DCDepth: MobileNetV3-Large encoder, 32-d GRU on the stride-8 grid, CRF widths to 192.
+
+    The step heads are plain 3x3 convs (no per-step pyramid pooling) to stay within the CPU
+    frame budget.
+    """
     return DCDepth(
         encoder=Encoder(encoder, weights=encoder_weights),
         min_depth=min_depth,
@@ -368,6 +377,7 @@ def dcdepth_lite(
         window_size=window_size,
         mlp_ratio=2.0,
         proj_kernel=1,
+        head_ppm=False,
     )
 
 
