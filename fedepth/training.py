@@ -203,6 +203,8 @@ class LocalTrainer:
     def _to_device(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         if not isinstance(batch, list | tuple) or len(batch) != 2:
             raise ValueError("the dataset must yield (rgb, depth) pairs")
+        if not torch.as_tensor(batch[0]).is_floating_point():
+            raise ValueError("rgb must be float in [0, 1] (convert uint8 images by / 255)")
         rgb = torch.as_tensor(batch[0]).to(self.device, non_blocking=True).float()
         gt = torch.as_tensor(batch[1]).to(self.device, non_blocking=True).float()
         if gt.ndim == 3:

@@ -118,6 +118,14 @@ def test_depth_without_channel_axis_is_accepted() -> None:
     assert np.isfinite(result.losses[0])
 
 
+def test_uint8_images_are_rejected() -> None:
+    rgb, gt = _sample(0)
+    cfg = TrainConfig(num_steps=1, batch_size=1, optimizer=SGD)
+    trainer = LocalTrainer(TinyDepth(), config=cfg)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="float in"):
+        trainer.fit([((rgb * 255).to(torch.uint8), gt)])
+
+
 def test_hooks_are_called_in_order() -> None:
     calls: list[str] = []
 

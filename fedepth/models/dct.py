@@ -4,7 +4,8 @@ Mechanism as in DCDepth (Wang et al., NeurIPS 2024): log-depth is cut into 8x8 p
 and represented by the orthonormal 2-D DCT of each patch; a ConvGRU on the stride-8 grid predicts
 the coefficients group by group along the anti-diagonals (u + v = 0, 1, ..., 5, then {6, 7}, then
 {8..14}), each step refining all coefficients predicted so far, and a last step refining all 64.
-Each step's log-depth is the inverse DCT of the coefficients so far and gets its own SILog term,
+Each step's log-depth is the inverse DCT of the coefficients so far (scaled, as upstream, by
+``4 log(max_depth)``, here floored at 4 for max depths below e) and gets its own SILog term,
 weighted ``beta^(n-1-k)`` (normalised; beta = 0.8, the last step weighs most), plus a
 frequency-sparsity term (weight 0.002) on each step's coefficients. The features feeding the GRU
 come, as upstream, from a pyramid feature fusion first estimate refined by three NeWCRFs levels
@@ -207,14 +208,17 @@ class DCTUpdate(nn.Module):
         The 2-D inverse DCT of a patch is one 64 x 64 matrix (``kron(T.T, T.T)``) applied as a
         1x1 conv; PixelShuffle(8) lays each patch's 64 values out as its 8x8 pixels.
         """
-        weight = self._idct.to(coeffs.dtype)[:, :, None, None]
-        pixels = F.conv2d(coeffs, weight) * (self.log_scale * PATCH * 0.5)
-        return F.pixel_shuffle(pixels, PATCH)
+        with torch.autocast(device_type=coeffs.device.type, enabled=False):
+            pixels = F.conv2d(coeffs.float(), self._idct[:, :, None, None])
+        return F.pixel_shuffle(pixels * (self.log_scale * PATCH * 0.5), PATCH)
 
     def forward(self, hidden: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Every step's log-depth (B, 1, 8h, 8w) and frequency-sparsity term."""
+        """Every step's log-depth (B, 1, 8h, 8w) and frequency-sparsity term.
+
+        Coefficients accumulate, and the inverse DCT runs, in float32 even under autocast.
+        """
         b, _, h, w = hidden.shape
-        coeffs = hidden.new_zeros(b, PATCH * PATCH, h, w)
+        coeffs = hidden.new_zeros(b, PATCH * PATCH, h, w, dtype=torch.float32)
         log_depths: list[torch.Tensor] = []
         regs: list[torch.Tensor] = []
         log_depth = coeffs.new_zeros(b, 1, h * PATCH, w * PATCH)
@@ -229,7 +233,7 @@ class DCTUpdate(nn.Module):
                     hidden = new_hidden * keep + hidden * (1.0 - keep)
                 else:
                     hidden = new_hidden
-            out = self.heads[k](self.ppm(hidden + self.idx_embed[k]))
+            out = self.heads[k](self.ppm(hidden + self.idx_embed[k])).float()
             idx = self.indices(k)
             update = (
                 out
@@ -303,7 +307,7 @@ class DCDepth(DepthModel):
         self.update = DCTUpdate(
             hidden_dim=hidden,
             input_dim=input_dim,
-            log_scale=math.log(max_depth),
+            log_scale=max(math.log(max_depth), 1.0),
             seq_dropout=seq_dropout,
             head_ppm=head_ppm,
         )
