@@ -303,14 +303,6 @@ class LocalTrainer:
         return losses, sums
 
 
-def evaluate_loss(model: DepthModel, rgb: torch.Tensor, gt: torch.Tensor) -> float:
-    """The model's loss on one batch, without gradients (the model's mode is left unchanged)."""
-    with torch.no_grad():
-        out = model.forward_train(rgb)
-        loss, _ = model.loss(out, gt, valid_mask(gt, model.min_depth, model.max_depth))
-    return float(loss)
-
-
 def param_tensors(
     params: Mapping[str, nn.Parameter], state: State | None, *, what: str
 ) -> dict[str, torch.Tensor]:

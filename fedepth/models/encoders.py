@@ -7,7 +7,6 @@ with ``torch.load(weights_only=True)``, e.g. torchvision's own ImageNet checkpoi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,15 +129,3 @@ class Encoder(nn.Module):
         if self._channels_last:
             feats = [f.permute(0, 3, 1, 2).contiguous() for f in feats]
         return feats
-
-
-def select_levels(reductions: Sequence[int], strides: Sequence[int]) -> list[int]:
-    """Indices of the encoder maps at the requested ``strides`` (errors list what exists)."""
-    idx = []
-    for s in strides:
-        if s not in reductions:
-            raise ValueError(
-                f"encoder has no feature map at stride {s}; strides: {list(reductions)}"
-            )
-        idx.append(list(reductions).index(s))
-    return idx

@@ -23,6 +23,7 @@ from torch import nn
 
 from fedepth.models.encoders import load_module_strict
 
+#: A numpy state, the same shape as ``fedepth.strategies.aggregate.State``.
 State = Mapping[str, np.ndarray]
 
 

@@ -10,7 +10,6 @@ import torchvision
 from safetensors.torch import save_file
 
 from fedepth.models import Encoder, list_encoders
-from fedepth.models.encoders import ENCODERS, select_levels
 
 HEAVY = {"efficientnet_b5", "swin_b", "resnet50", "convnext_tiny", "swin_t"}
 
@@ -31,13 +30,6 @@ def test_declared_channels_and_strides(name: str) -> None:
 def test_unknown_encoder_lists_known() -> None:
     with pytest.raises(KeyError, match="mobilenet_v3_large"):
         Encoder("vgg16")
-
-
-def test_select_levels() -> None:
-    spec = ENCODERS["resnet18"]
-    assert select_levels(spec.reductions, (4, 32)) == [1, 4]
-    with pytest.raises(ValueError, match="stride 64"):
-        select_levels(spec.reductions, (64,))
 
 
 @pytest.mark.parametrize("suffix", [".safetensors", ".pth"])
