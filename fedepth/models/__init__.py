@@ -1,0 +1,46 @@
+"""Depth models behind one registry: ``create_model(name, ...)``, ``list_models()``.
+
+Every model shares the contract of :class:`~fedepth.models.base.DepthModel`; the heads live one
+per file (``regression``, ``bins``, ``crf``, ``dct``) over torchvision encoders (``encoders``).
+"""
+
+from fedepth.models import bins, crf, dct, regression
+from fedepth.models.base import DepthModel, DepthOutput
+from fedepth.models.bins import BinsOutput
+from fedepth.models.dct import DCTOutput
+from fedepth.models.encoders import Encoder, list_encoders
+from fedepth.models.registry import create_model, list_models, register_model
+from fedepth.models.state import (
+    buffer_names,
+    get_state,
+    load_state,
+    load_weights,
+    save_state,
+    save_weights,
+    set_state,
+    trainable_names,
+)
+
+__all__ = [
+    "BinsOutput",
+    "DCTOutput",
+    "DepthModel",
+    "DepthOutput",
+    "Encoder",
+    "bins",
+    "buffer_names",
+    "create_model",
+    "crf",
+    "dct",
+    "get_state",
+    "list_encoders",
+    "list_models",
+    "load_state",
+    "load_weights",
+    "register_model",
+    "regression",
+    "save_state",
+    "save_weights",
+    "set_state",
+    "trainable_names",
+]

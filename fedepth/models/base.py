@@ -1,0 +1,144 @@
+"""The contract every depth model shares: forward, forward_features, forward_train and loss.
+
+* ``forward(rgb)``: (B, 3, H, W) float RGB in [0, 1] -> metric depth (B, 1, H, W) at the input
+  resolution, clamped to ``[min_depth, max_depth]``. The model applies ImageNet normalisation
+  itself, so callers never normalise.
+* ``forward_features(rgb)``: the deepest encoder map passed through a ReLU (B, C, h, w), the
+  non-negative feature map the client descriptor GeM-pools. The ReLU is a no-op on ResNet maps
+  (already post-ReLU) and clamps the negative part of Hardswish / SiLU / LayerNorm outputs of the
+  other encoders.
+* ``forward_train(rgb)`` -> :class:`DepthOutput` (``depth`` plus head-specific auxiliaries) and
+  ``loss(out, gt, valid)`` -> ``(loss, {term: float})``: the only two methods the trainer uses,
+  so every registered model trains through the same loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedepth.losses import silog_loss
+from fedepth.models.encoders import Encoder
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass
+class DepthOutput:
+    """What ``forward_train`` returns: metric depth (B, 1, H, W) at input resolution, unclamped.
+
+    Heads subclass it to carry the auxiliaries their loss needs (bin edges, DCT coefficients).
+    """
+
+    depth: torch.Tensor
+
+
+class DepthModel(nn.Module):
+    """Base class of all registered models: an :class:`Encoder` plus a depth head.
+
+    Subclasses implement :meth:`forward_train` and, when the head adds loss terms, :meth:`loss`.
+    """
+
+    model_name: str
+    model_config: dict[str, Any]
+    _mean: torch.Tensor
+    _std: torch.Tensor
+
+    def __init__(
+        self, *, encoder: Encoder, min_depth: float, max_depth: float, variance_focus: float = 0.85
+    ) -> None:
+        super().__init__()
+        if not 0 < min_depth < max_depth:
+            raise ValueError(f"need 0 < min_depth < max_depth, got {min_depth} and {max_depth}")
+        self.encoder = encoder
+        self.min_depth = float(min_depth)
+        self.max_depth = float(max_depth)
+        self.variance_focus = float(variance_focus)
+        self.model_name = type(self).__name__
+        self.model_config = {}
+        # Constants, not state: non-persistent, so they never enter a federated state.
+        self.register_buffer(
+            "_mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False
+        )
+        self.register_buffer("_std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
+
+    def normalize(self, rgb: torch.Tensor) -> torch.Tensor:
+        """Check an RGB batch in [0, 1] and apply ImageNet normalisation."""
+        if rgb.ndim != 4 or rgb.shape[1] != 3:
+            raise ValueError(f"expected an RGB batch (B, 3, H, W), got shape {tuple(rgb.shape)}")
+        if not rgb.is_floating_point():
+            raise ValueError(f"expected a float RGB batch in [0, 1], got dtype {rgb.dtype}")
+        return (rgb - self._mean.to(rgb.dtype)) / self._std.to(rgb.dtype)
+
+    def encode(self, rgb: torch.Tensor) -> list[torch.Tensor]:
+        """Encoder feature maps of an RGB batch in [0, 1], shallow to deep."""
+        return self.encoder(self.normalize(rgb))
+
+    def forward_features(self, rgb: torch.Tensor) -> torch.Tensor:
+        """ReLU of the deepest encoder map (B, C, h, w): what the descriptor GeM-pools."""
+        return F.relu(self.encode(rgb)[-1])
+
+    def forward_train(self, rgb: torch.Tensor) -> DepthOutput:
+        """Depth and the auxiliaries of this head's loss."""
+        raise NotImplementedError
+
+    def forward(self, rgb: torch.Tensor) -> torch.Tensor:
+        """Metric depth (B, 1, H, W) at input resolution, within [min_depth, max_depth]."""
+        return self.forward_train(rgb).depth.clamp(self.min_depth, self.max_depth)
+
+    def loss(
+        self, out: DepthOutput, gt: torch.Tensor, valid: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """SILog (AdaBins / NeWCRFs form) of ``out.depth`` against ``gt`` on ``valid`` pixels.
+
+        ``gt`` is metric depth (B, 1, H, W) at the prediction's resolution, ``valid`` a bool
+        mask of the same shape. Returns the scalar loss and its terms as floats.
+        """
+        check_target(out.depth, gt, valid)
+        si = silog_loss(out.depth, gt, valid, variance_focus=self.variance_focus)
+        return si, {"silog": float(si.detach())}
+
+
+def check_target(pred: torch.Tensor, gt: torch.Tensor, valid: torch.Tensor) -> None:
+    """Prediction, ground truth and mask must all be (B, 1, H, W) of one shape."""
+    if gt.shape != pred.shape or valid.shape != pred.shape:
+        raise ValueError(
+            f"prediction {tuple(pred.shape)}, ground truth {tuple(gt.shape)} and valid mask "
+            f"{tuple(valid.shape)} must have the same (B, 1, H, W) shape"
+        )
+
+
+def resize_to(x: torch.Tensor, size: tuple[int, int] | torch.Size) -> torch.Tensor:
+    """Bilinear resize of (B, C, h, w) to ``size`` (no-op when already that size)."""
+    if tuple(x.shape[-2:]) == tuple(size):
+        return x
+    return F.interpolate(x, size=tuple(size), mode="bilinear", align_corners=False)
+
+
+class ConvBNAct(nn.Sequential):
+    """Conv2d -> BatchNorm2d -> activation (ReLU by default)."""
+
+    def __init__(
+        self,
+        in_ch: int,
+        out_ch: int,
+        kernel_size: int = 3,
+        *,
+        stride: int = 1,
+        groups: int = 1,
+        act: type[nn.Module] | None = nn.ReLU,
+    ) -> None:
+        layers: list[nn.Module] = [
+            nn.Conv2d(
+                in_ch, out_ch, kernel_size, stride, kernel_size // 2, groups=groups, bias=False
+            ),
+            nn.BatchNorm2d(out_ch),
+        ]
+        if act is not None:
+            layers.append(act())
+        super().__init__(*layers)

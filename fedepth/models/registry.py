@@ -1,0 +1,67 @@
+"""Model registry: ``@register_model`` factories, ``create_model(name, ...)``, ``list_models``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from fedepth.models.base import DepthModel
+
+Factory = Callable[..., DepthModel]
+F = TypeVar("F", bound=Factory)
+
+_REGISTRY: dict[str, Factory] = {}
+
+
+def register_model(fn: F) -> F:
+    """Register a model factory under its function name with ``_`` spelled ``-``.
+
+    ``def adabins_lite(*, min_depth, max_depth, **cfg)`` registers ``"adabins-lite"``. A factory
+    takes keyword-only arguments, including ``min_depth`` and ``max_depth``, and returns a
+    :class:`~fedepth.models.base.DepthModel`.
+    """
+    name = fn.__name__.replace("_", "-")
+    if name in _REGISTRY:
+        raise ValueError(f"model {name!r} is already registered")
+    _REGISTRY[name] = fn
+    return fn
+
+
+def list_models() -> list[str]:
+    """The registered model names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def create_model(
+    name: str,
+    *,
+    min_depth: float = 1e-3,
+    max_depth: float = 10.0,
+    weights: str | Path | None = None,
+    **cfg: Any,
+) -> DepthModel:
+    """Build the registered model ``name``; load ``weights`` (a local safetensors file) strictly.
+
+    ``cfg`` holds the factory's own keyword arguments (encoder, encoder_weights, head sizes).
+    ``min_depth``/``max_depth`` are the metric range of the output (indoor 10 m, outdoor 80 m).
+    """
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown model {name!r}; known models: {', '.join(list_models())}"
+        ) from None
+    if not 0 < min_depth < max_depth:
+        raise ValueError(f"need 0 < min_depth < max_depth, got {min_depth} and {max_depth}")
+    try:
+        model = factory(min_depth=float(min_depth), max_depth=float(max_depth), **cfg)
+    except TypeError as exc:
+        raise TypeError(f"bad configuration for model {name!r}: {exc}") from exc
+    model.model_name = name
+    model.model_config = {"min_depth": float(min_depth), "max_depth": float(max_depth), **cfg}
+    if weights is not None:
+        from fedepth.models.state import load_weights
+
+        load_weights(model, weights)
+    return model
