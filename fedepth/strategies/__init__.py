@@ -1,10 +1,13 @@
 """Federated learning strategies: one file per algorithm; shared arithmetic in ``aggregate``.
 
-``create_strategy(name, **cfg)`` builds one by its method name (see ``list_strategies()``).
+``create_strategy(name, **cfg)`` builds one by its method name (see ``list_strategies()``);
+``make_client_hook(task, memory)`` builds the client half a task asks for (FedProx, SCAFFOLD,
+FedDyn), with ``memory`` the client's own persistent store (control variates, gradient state).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fedepth.strategies.base import (
@@ -19,15 +22,21 @@ from fedepth.strategies.base import (
 from fedepth.strategies.cl import Centralized
 from fedepth.strategies.fedavg import FedAvg
 from fedepth.strategies.fedclust import FedClust
+from fedepth.strategies.feddyn import FedDyn, FedDynHook
 from fedepth.strategies.fedepth import FeDepth
+from fedepth.strategies.fedprox import FedProx, FedProxHook
 from fedepth.strategies.group import GroupByEnvironment, GroupByPlatform
 from fedepth.strategies.hard import HardClustering
 from fedepth.strategies.pacfl import PACFL
+from fedepth.strategies.scaffold import Scaffold, ScaffoldHook
 
 _REGISTRY: dict[str, type[Strategy]] = {
     cls.name: cls
     for cls in (
         FedAvg,
+        FedProx,
+        FedDyn,
+        Scaffold,
         FeDepth,
         HardClustering,
         PACFL,
@@ -37,6 +46,30 @@ _REGISTRY: dict[str, type[Strategy]] = {
         Centralized,
     )
 }
+
+
+ClientHook = FedProxHook | ScaffoldHook | FedDynHook
+_CLIENT_HOOKS: dict[str, type[ClientHook]] = {
+    "fedprox": FedProxHook,
+    "scaffold": ScaffoldHook,
+    "feddyn": FedDynHook,
+}
+
+
+def make_client_hook(task: TrainTask, memory: Mapping[str, State]) -> ClientHook | None:
+    """The client hook for a round's task (None when the algorithm needs none).
+
+    After training, call ``hook.remember(memory)`` so the client keeps its own state.
+    """
+    if task.hook is None:
+        return None
+    try:
+        cls = _CLIENT_HOOKS[task.hook]
+    except KeyError:
+        raise ValueError(
+            f"unknown client hook {task.hook!r}; known: {', '.join(sorted(_CLIENT_HOOKS))}"
+        ) from None
+    return cls.from_task(task, memory)
 
 
 def list_strategies() -> list[str]:
@@ -67,4 +100,5 @@ __all__ = [
     "TrainTask",
     "create_strategy",
     "list_strategies",
+    "make_client_hook",
 ]

@@ -27,9 +27,7 @@ import numpy as np
 
 from fedepth import clustering
 from fedepth.descriptor import Descriptor
-from fedepth.strategies.aggregate import client_models, weighted_mean
-
-State = dict[str, np.ndarray]
+from fedepth.strategies.aggregate import State, client_models, weighted_mean
 
 
 @dataclass(frozen=True)

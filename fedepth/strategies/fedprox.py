@@ -1,10 +1,19 @@
-"""FedProx (Li et al., MLSys 2020): a proximal term keeps local weights near the global ones."""
+"""FedProx (Li et al., MLSys 2020): a proximal term keeps local weights near the global ones.
+
+Client half: :class:`FedProxHook`. Server half: :class:`FedProx`, which aggregates like FedAvg
+and sends ``mu`` with every round's task.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import torch
 from torch import nn
 
+from fedepth.models.state import State
+from fedepth.strategies.base import TrainTask
+from fedepth.strategies.fedavg import FedAvg
 from fedepth.training import BaseHook, snapshot, trainable_parameters
 
 
@@ -31,3 +40,26 @@ class FedProxHook(BaseHook):
         params = trainable_parameters(model)
         sq = sum(((p.float() - self._global[n]) ** 2).sum() for n, p in params.items())
         return 0.5 * self.mu * torch.as_tensor(sq)
+
+    @classmethod
+    def from_task(cls, task: TrainTask, memory: Mapping[str, State]) -> FedProxHook:
+        return cls(mu=float(task.hook_params["mu"]))
+
+    def remember(self, memory: dict[str, State]) -> None:
+        return None
+
+
+class FedProx(FedAvg):
+    """FedAvg on the server; clients add the proximal term with coefficient ``mu``."""
+
+    name = "fedprox"
+    client_hook = "fedprox"
+
+    def __init__(self, *, mu: float = 0.01) -> None:
+        super().__init__()
+        if mu < 0:
+            raise ValueError(f"FedProx mu must be >= 0, got {mu}")
+        self.mu = float(mu)
+
+    def hook_params(self) -> dict[str, float]:
+        return {"mu": self.mu}

@@ -143,12 +143,17 @@ def test_feddyn_two_steps() -> None:
         lambda w, b: (-gs["weight"] + alpha * (w - W0), float(-gs["bias"] + alpha * (b - B0)))
     )
     assert_state(result, w, b)
-    new = result.extra[GRAD_STATE]
+    assert result.extra == {}  # the gradient state stays on the client
+    new = hook.grad_state
+    assert new is not None
     np.testing.assert_allclose(
         new["weight"], gs["weight"] - alpha * (w - W0), rtol=1e-5, atol=1e-7
     )
     np.testing.assert_allclose(new["bias"], gs["bias"] - alpha * (b - B0), rtol=1e-5, atol=1e-7)
-    assert hook.grad_state is not None and set(hook.grad_state) == {"weight", "bias"}
+    assert set(new) == {"weight", "bias"}
+    memory: dict = {}
+    hook.remember(memory)
+    assert memory[GRAD_STATE] is new
     # the first step's objective includes the linear term at w0
     r0 = W0 @ X + B0 - Y
     lin = float(gs["weight"] @ W0 + gs["bias"] * B0)
