@@ -1,0 +1,604 @@
+"""In-process federation: Strategy + LocalTrainer driven round by round over a scenario's clients.
+
+The simulation uses the same objects the coordinator and the robots use (a
+:class:`~fedepth.strategies.Strategy` on the server side; :class:`~fedepth.training.LocalTrainer`,
+:func:`~fedepth.strategies.make_client_hook` and the descriptor extractor on the client side),
+so its numbers are those of a deployed fleet minus the network. Client training runs through an
+executor: :class:`SequentialExecutor` (default, in this process) or :class:`RayExecutor` (Ray
+tasks on the CPUs/GPUs of one or many machines); both give the same result for the same seed.
+
+Per round it records the test metrics of every unseen sequence (routed by the strategy, no
+test-time training), the bytes each client downloads and uploads, and the time spent in local
+training versus federation overhead (descriptors, clustering, aggregation, serialization).
+Final numbers are the mean over the last ``last_rounds`` rounds, as in the paper.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from safetensors.numpy import save as safetensors_save
+from tqdm import tqdm
+
+from fedepth import clustering
+from fedepth.data.scenario import Client, Scenario
+from fedepth.data.sequence import Sequence as RGBDSequence
+from fedepth.data.torchdata import FrameDataset, resize_frame
+from fedepth.descriptor import Descriptor, DescriptorExtractor
+from fedepth.metrics import compute_errors, mean_errors
+from fedepth.models import DepthModel, create_model, set_state
+from fedepth.strategies import (
+    ClientInfo,
+    ClientUpdate,
+    Strategy,
+    TrainTask,
+    create_strategy,
+    make_client_hook,
+)
+from fedepth.strategies.aggregate import State
+from fedepth.strategies.pacfl import BASIS_KEY
+from fedepth.training import LocalTrainer, OptimizerConfig, TrainConfig
+
+log = logging.getLogger(__name__)
+
+#: The metrics reported in tables (the paper's seven).
+TABLE_METRICS = ("abs_rel", "sq_rel", "rmse", "rmse_log", "d1", "d2", "d3")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything that determines a simulated run (saved next to the results)."""
+
+    model: str = "newcrfs-lite"
+    image_size: tuple[int, int] = (48, 64)
+    rounds: int = 10
+    local_steps: int = 5
+    batch_size: int = 4
+    lr: float = 2e-4
+    weight_decay: float = 1e-2
+    min_depth: float = 1e-3
+    max_depth: float = 80.0
+    descriptor_frames: int = 32
+    pacfl_basis: int = 3
+    eval_frames: int = 8
+    last_rounds: int = 5
+    eval_every: int = 0
+    pretrain_steps: int = 300
+    pretrain_batch: int = 8
+    seed: int = 0
+    threads: int = 0
+    method_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def train_config(self, seed: int) -> TrainConfig:
+        return TrainConfig(
+            num_steps=self.local_steps,
+            batch_size=self.batch_size,
+            optimizer=OptimizerConfig(lr=self.lr, weight_decay=self.weight_decay),
+            seed=seed,
+        )
+
+    def build_model(self) -> DepthModel:
+        return create_model(self.model, min_depth=self.min_depth, max_depth=self.max_depth)
+
+
+def client_seed(seed: int, rnd: int, cid: str) -> int:
+    """The training seed of one client in one round: independent of execution order."""
+    return int(zlib.crc32(f"{seed}/{rnd}/{cid}".encode()))
+
+
+@dataclass
+class ClientJob:
+    """One client's local round: what an executor needs to run it anywhere."""
+
+    cid: str
+    sequences: list[RGBDSequence]
+    task: TrainTask
+    memory: dict[str, State]
+    seed: int
+
+
+@dataclass
+class JobResult:
+    update: ClientUpdate
+    memory: dict[str, State]
+    seconds: float
+
+
+def run_job(config: SimConfig, job: ClientJob, model: DepthModel | None = None) -> JobResult:
+    """Train one client for one round (the client side of a round, minus the network)."""
+    model = model or config.build_model()
+    dataset = FrameDataset(job.sequences, config.image_size, flip=True, seed=job.seed)
+    trainer = LocalTrainer(model, config=config.train_config(job.seed))
+    hook = make_client_hook(job.task, job.memory)
+    result = trainer.fit(dataset, state=job.task.state, hooks=() if hook is None else (hook,))
+    memory = dict(job.memory)
+    if hook is not None:
+        hook.remember(memory)
+    update = ClientUpdate(
+        cid=job.cid,
+        state=result.state,
+        num_samples=result.num_samples,
+        num_steps=result.num_steps,
+        extra=dict(result.extra),
+        metrics={"loss": float(np.mean(result.losses))},
+    )
+    return JobResult(update=update, memory=memory, seconds=result.seconds)
+
+
+class Executor(Protocol):
+    """Runs a round's client jobs; results in the order of the jobs."""
+
+    def map(self, config: SimConfig, jobs: Sequence[ClientJob]) -> list[JobResult]: ...
+
+    def close(self) -> None: ...
+
+
+class SequentialExecutor:
+    """Client jobs one after another in this process, reusing one model instance."""
+
+    def __init__(self) -> None:
+        self._model: DepthModel | None = None
+
+    def map(self, config: SimConfig, jobs: Sequence[ClientJob]) -> list[JobResult]:
+        if self._model is None:
+            self._model = config.build_model()
+        return [run_job(config, job, self._model) for job in jobs]
+
+    def close(self) -> None:
+        self._model = None
+
+
+class RayExecutor:
+    """Client jobs as Ray tasks, one CPU (or GPU) each, on a local or existing Ray cluster.
+
+    ``address=None`` starts a local Ray runtime (``num_cpus`` of this machine); pass the address
+    of a running cluster (``ray start --head`` ...) to spread clients over several machines.
+    """
+
+    def __init__(
+        self,
+        *,
+        address: str | None = None,
+        num_cpus: int | None = None,
+        gpus_per_client: float = 0.0,
+    ) -> None:
+        import ray
+
+        self._ray = ray
+        if not ray.is_initialized():
+            ray.init(
+                address=address,
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+        self._remote = ray.remote(num_cpus=1, num_gpus=gpus_per_client)(_ray_job)
+
+    def map(self, config: SimConfig, jobs: Sequence[ClientJob]) -> list[JobResult]:
+        refs = [self._remote.remote(config, job) for job in jobs]
+        return list(self._ray.get(refs))
+
+    def close(self) -> None:
+        self._ray.shutdown()
+
+
+def _ray_job(config: SimConfig, job: ClientJob) -> JobResult:
+    torch.set_num_threads(max(1, config.threads or 1))
+    return run_job(config, job)
+
+
+def make_executor(name: str, **kwargs: Any) -> Executor:
+    """``sequential`` (default) or ``ray``."""
+    if name == "sequential":
+        return SequentialExecutor()
+    if name == "ray":
+        return RayExecutor(**kwargs)
+    raise ValueError(f"unknown executor {name!r}; choose sequential or ray")
+
+
+def state_nbytes(state: Mapping[str, np.ndarray]) -> int:
+    return int(sum(np.asarray(t).nbytes for t in state.values()))
+
+
+def _serialize(states: Sequence[Mapping[str, np.ndarray]]) -> None:
+    """What the wire costs: safetensors-encode the states (the coordinator's format)."""
+    for s in states:
+        if s:
+            safetensors_save({k: np.ascontiguousarray(v) for k, v in s.items()})
+
+
+@dataclass
+class Fleet:
+    """A scenario prepared for simulation: client infos with descriptors, test-time queries."""
+
+    scenario: Scenario
+    infos: list[ClientInfo]
+    test_queries: list[tuple[RGBDSequence, Descriptor, dict[str, np.ndarray]]]
+    descriptor_seconds: float
+
+    @property
+    def clients(self) -> list[Client]:
+        return self.scenario.clients
+
+
+def _client_rgb(client: Client) -> list[Any]:
+    """A lazy indexable over the RGB frames of all of a client's sequences."""
+    return _Concat([s.rgb_frames() for s in client.sequences])
+
+
+class _Concat:
+    def __init__(self, parts: list[Any]) -> None:
+        self.parts = parts
+        self.offsets = np.cumsum([0] + [len(p) for p in parts])
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def __getitem__(self, i: int) -> Any:
+        k = int(np.searchsorted(self.offsets, i, side="right") - 1)
+        return self.parts[k][int(i - self.offsets[k])]
+
+
+def prepare_fleet(scenario: Scenario, encoder_model: DepthModel, config: SimConfig) -> Fleet:
+    """Descriptors (and PACFL subspace bases) of every client and test sequence.
+
+    Training clients describe n frames sampled over their data; an unseen test sequence is
+    described from its first n frames, as a robot would at the start of a deployment.
+    """
+    t0 = time.perf_counter()
+    size = config.image_size
+
+    def to_tensor(img: Any) -> torch.Tensor:
+        rgb = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1).float().div_(255.0)
+        return torch.nn.functional.interpolate(
+            rgb[None], size=size, mode="bilinear", align_corners=False, antialias=True
+        )[0]
+
+    extractor = DescriptorExtractor(
+        encoder_model.forward_features, num_frames=config.descriptor_frames, seed=config.seed
+    )
+    infos = []
+    for c in tqdm(scenario.clients, desc="descriptors", unit="client", leave=False):
+        frames = _client_rgb(c)
+        desc = extractor.extract(frames, to_tensor=to_tensor)
+        feats = extractor.per_frame(frames, to_tensor=to_tensor)
+        basis = clustering.subspace_basis(feats.T, config.pacfl_basis)
+        infos.append(
+            ClientInfo(
+                c.name,
+                c.num_samples,
+                desc,
+                labels={"platform": c.platform, "environment": c.environment},
+                extra={BASIS_KEY: basis},
+            )
+        )
+    queries = []
+    for seq in scenario.test:
+        head = _Concat([seq.rgb_frames()])
+        n = min(len(seq), config.descriptor_frames)
+        first = _Head(head, n)
+        desc = extractor.extract(first, to_tensor=to_tensor)
+        feats = extractor.per_frame(first, to_tensor=to_tensor)
+        queries.append(
+            (seq, desc, {BASIS_KEY: clustering.subspace_basis(feats.T, config.pacfl_basis)})
+        )
+    return Fleet(scenario, infos, queries, time.perf_counter() - t0)
+
+
+class _Head:
+    def __init__(self, frames: Any, n: int) -> None:
+        self.frames, self.n = frames, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return self.frames[i]
+
+
+def eval_indices(n: int, k: int) -> list[int]:
+    """k frame indices spread evenly over a sequence of n frames."""
+    return sorted({int(i) for i in np.linspace(0, n - 1, min(k, n)).round()})
+
+
+def evaluate_sequence(
+    model: DepthModel, seq: RGBDSequence, config: SimConfig
+) -> tuple[dict[str, float], list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """Mean metrics over a sequence's evaluation frames (at the training resolution), and the
+    (rgb, gt, pred) of its first evaluation frame for pictures."""
+    rows, sample = [], []
+    model.eval()
+    with torch.inference_mode():
+        for i in eval_indices(len(seq), config.eval_frames):
+            rgb, depth = resize_frame(seq[i], config.image_size)
+            pred = model(rgb[None])[0, 0].numpy()
+            gt = depth[0].numpy()
+            valid = (gt > seq.meta.min_depth) & (gt < seq.meta.max_depth)
+            if not valid.any():
+                continue
+            rows.append(compute_errors(gt, pred, seq.meta.min_depth, seq.meta.max_depth))
+            if not sample:
+                sample.append((rgb.permute(1, 2, 0).numpy(), gt, pred))
+    if not rows:
+        raise ValueError(f"test sequence {seq.name!r} has no valid depth in its eval frames")
+    return mean_errors(rows), sample
+
+
+@dataclass
+class RoundRecord:
+    """What one round produced."""
+
+    round: int
+    train_seconds: float
+    overhead_seconds: float
+    mean_loss: float
+    download_bytes: dict[str, int]
+    upload_bytes: dict[str, int]
+    test: dict[str, dict[str, float]] | None = None
+    routes: dict[str, list[int]] | None = None
+
+
+@dataclass
+class MethodRun:
+    """A method's run: per-round records, final metrics, per-group metrics, cluster map."""
+
+    method: str
+    rounds: list[RoundRecord]
+    final: dict[str, float]
+    per_sequence: dict[str, dict[str, float]]
+    groups: dict[str, dict[str, float]]
+    clusters: list[list[int]]
+    setup_seconds: float
+    samples: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]
+    params: dict[str, Any]
+
+    def summary(self) -> dict[str, Any]:
+        train = sum(r.train_seconds for r in self.rounds)
+        over = sum(r.overhead_seconds for r in self.rounds) + self.setup_seconds
+        return {
+            **{k: self.final[k] for k in TABLE_METRICS if k in self.final},
+            "final_all": self.final,
+            "groups": self.groups,
+            "per_sequence": self.per_sequence,
+            "clusters": self.clusters,
+            "params": self.params,
+            "curves": {
+                "round": [r.round for r in self.rounds],
+                "train_loss": [r.mean_loss for r in self.rounds],
+                "abs_rel": [
+                    None if r.test is None else r.test["all"]["abs_rel"] for r in self.rounds
+                ],
+            },
+            "timing": {
+                "train_seconds": train,
+                "overhead_seconds": over,
+                "overhead_fraction": over / max(train + over, 1e-9),
+            },
+            "bytes_per_round": {
+                "download_mean": float(
+                    np.mean([np.mean(list(r.download_bytes.values())) for r in self.rounds])
+                ),
+                "upload_mean": float(
+                    np.mean([np.mean(list(r.upload_bytes.values())) for r in self.rounds])
+                ),
+                "per_round": [
+                    {"download": r.download_bytes, "upload": r.upload_bytes} for r in self.rounds
+                ],
+            },
+            "routes": self.rounds[-1].routes if self.rounds else None,
+        }
+
+
+class Simulation:
+    """Runs methods on one prepared fleet from one initial state."""
+
+    def __init__(
+        self, fleet: Fleet, initial: State, config: SimConfig, executor: Executor | None = None
+    ) -> None:
+        self.fleet = fleet
+        self.initial = dict(initial)
+        self.config = config
+        self.executor = executor or SequentialExecutor()
+        self._eval_model = config.build_model()
+
+    def _strategy(self, method: str) -> Strategy:
+        return create_strategy(method, **dict(self.config.method_params.get(method, {})))
+
+    def run(
+        self,
+        method: str,
+        *,
+        progress: bool = True,
+        on_round: Callable[[RoundRecord], None] | None = None,
+    ) -> MethodRun:
+        cfg = self.config
+        t0 = time.perf_counter()
+        strategy = self._strategy(method)
+        pooled = bool(getattr(strategy, "pooled", False))
+        clients = self.fleet.clients
+        if pooled:
+            pooled_info = ClientInfo("pooled", sum(c.num_samples for c in clients))
+            strategy.initialize([pooled_info], self.initial)
+            participants: list[tuple[str, list[RGBDSequence]]] = [
+                ("pooled", [s for c in clients for s in c.sequences])
+            ]
+        else:
+            strategy.initialize(self.fleet.infos, self.initial)
+            participants = [(c.name, c.sequences) for c in clients]
+        setup = time.perf_counter() - t0
+        memory: dict[str, dict[str, State]] = {cid: {} for cid, _ in participants}
+        records: list[RoundRecord] = []
+        samples: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+        bar = tqdm(range(cfg.rounds), desc=method, unit="round", disable=not progress)
+        for rnd in bar:
+            t_cfg = time.perf_counter()
+            tasks = strategy.configure_train(rnd, [cid for cid, _ in participants])
+            _serialize([t.state for t in tasks.values()])
+            overhead = time.perf_counter() - t_cfg
+            jobs = [
+                ClientJob(cid, seqs, tasks[cid], memory[cid], client_seed(cfg.seed, rnd, cid))
+                for cid, seqs in participants
+            ]
+            t_train = time.perf_counter()
+            results = self.executor.map(cfg, jobs)
+            train_s = time.perf_counter() - t_train
+            for res in results:
+                memory[res.update.cid] = res.memory
+            t_agg = time.perf_counter()
+            _serialize([r.update.state for r in results])
+            strategy.aggregate_train(rnd, [r.update for r in results])
+            overhead += time.perf_counter() - t_agg
+            rec = RoundRecord(
+                round=rnd,
+                train_seconds=train_s,
+                overhead_seconds=overhead,
+                mean_loss=float(np.mean([r.update.metrics["loss"] for r in results])),
+                download_bytes={
+                    cid: state_nbytes(t.state)
+                    + sum(state_nbytes(s) for s in t.hook_state.values())
+                    for cid, t in tasks.items()
+                },
+                upload_bytes={
+                    r.update.cid: state_nbytes(r.update.state)
+                    + sum(state_nbytes(s) for s in r.update.extra.values())
+                    for r in results
+                },
+            )
+            last = rnd >= cfg.rounds - cfg.last_rounds
+            if last or (cfg.eval_every and (rnd + 1) % cfg.eval_every == 0):
+                rec.test, rec.routes, samples = self.evaluate(strategy)
+            records.append(rec)
+            if rec.test is not None:
+                bar.set_postfix(
+                    abs_rel=f"{rec.test['all']['abs_rel']:.3f}", loss=f"{rec.mean_loss:.3f}"
+                )
+            else:
+                bar.set_postfix(loss=f"{rec.mean_loss:.3f}")
+            if on_round:
+                on_round(rec)
+        final_tests = [r.test for r in records[-cfg.last_rounds :] if r.test is not None]
+        final = _mean_dicts([t["all"] for t in final_tests])
+        groups = {
+            g: _mean_dicts([t[g] for t in final_tests])
+            for g in final_tests[-1]
+            if g != "all" and not g.startswith("seq:")
+        }
+        per_seq = {
+            g[4:]: _mean_dicts([t[g] for t in final_tests])
+            for g in final_tests[-1]
+            if g.startswith("seq:")
+        }
+        clusters = (
+            [np.flatnonzero(r).tolist() for r in strategy.M_star]
+            if hasattr(strategy, "M_star") and not pooled
+            else []
+        )
+        params = dict(self.config.method_params.get(method, {}))
+        for key in ("tau", "threshold"):
+            if getattr(strategy, key, None) is not None:
+                params[key] = float(getattr(strategy, key))
+        return MethodRun(
+            method,
+            records,
+            final,
+            per_seq,
+            groups,
+            clusters,
+            setup + self.fleet.descriptor_seconds,
+            samples,
+            params,
+        )
+
+    def evaluate(
+        self, strategy: Strategy
+    ) -> tuple[
+        dict[str, dict[str, float]],
+        dict[str, list[int]],
+        dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]],
+    ]:
+        """Metrics of every test sequence with its routed model (no test-time training):
+        overall (mean over sequences), per platform and environment group, per sequence."""
+        per_seq: dict[str, dict[str, float]] = {}
+        routes: dict[str, list[int]] = {}
+        samples = {}
+        groups: dict[str, list[dict[str, float]]] = {}
+        for seq, desc, extra in self.fleet.test_queries:
+            labels = {"platform": seq.meta.platform, "environment": seq.meta.environment}
+            decision = strategy.route(desc, labels=labels, extra=extra)
+            routes[seq.name] = decision.clusters
+            set_state(self._eval_model, decision.state)
+            metrics, sample = evaluate_sequence(self._eval_model, seq, self.config)
+            per_seq[seq.name] = metrics
+            samples[seq.name] = sample
+            groups.setdefault(f"platform:{seq.meta.platform}", []).append(metrics)
+            groups.setdefault(f"environment:{seq.meta.environment}", []).append(metrics)
+        out = {"all": _mean_dicts(list(per_seq.values()))}
+        out.update({g: _mean_dicts(rows) for g, rows in groups.items()})
+        out.update({f"seq:{k}": v for k, v in per_seq.items()})
+        return out, routes, samples
+
+
+def _mean_dicts(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    if not rows:
+        return {}
+    return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+
+
+def pretrain(scenario: Scenario, config: SimConfig, *, progress: bool = True) -> DepthModel:
+    """Train the initial checkpoint on the scenario's pretraining split (sequences no client
+    sees): the stand-in for the ImageNet-pretrained encoders of the paper. Seeded."""
+    if not scenario.pretrain:
+        raise ValueError(f"scenario {scenario.root} has no pretraining split")
+    torch.manual_seed(config.seed)
+    model = config.build_model()
+    dataset = FrameDataset(scenario.pretrain, config.image_size, flip=True, seed=config.seed)
+    chunk = max(1, min(50, config.pretrain_steps))
+    done = 0
+    bar = tqdm(total=config.pretrain_steps, desc="pretrain", unit="step", disable=not progress)
+    while done < config.pretrain_steps:
+        steps = min(chunk, config.pretrain_steps - done)
+        trainer = LocalTrainer(
+            model,
+            config=TrainConfig(
+                num_steps=steps,
+                batch_size=config.pretrain_batch,
+                optimizer=OptimizerConfig(lr=config.lr * 2, weight_decay=config.weight_decay),
+                seed=config.seed + done,
+            ),
+        )
+        result = trainer.fit(dataset)
+        done += steps
+        bar.update(steps)
+        bar.set_postfix(loss=f"{np.mean(result.losses):.3f}")
+    bar.close()
+    model.eval()
+    return model
+
+
+def initial_model(config: SimConfig, weights: str | None = None) -> DepthModel:
+    """A seeded model, loaded strictly from ``weights`` when given."""
+    torch.manual_seed(config.seed)
+    model = config.build_model()
+    if weights is not None:
+        from fedepth.models import load_weights
+
+        load_weights(model, weights)
+    model.eval()
+    return model
+
+
+def config_dict(config: SimConfig) -> dict[str, Any]:
+    d = asdict(config)
+    d["image_size"] = list(config.image_size)
+    d["method_params"] = {k: dict(v) for k, v in config.method_params.items()}
+    return d
