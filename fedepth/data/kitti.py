@@ -9,7 +9,8 @@ Layout (as BTS, AdaBins and NeWCRFs use it)::
 and a split file whose lines are ``<rgb path> <gt path | None> <focal>`` relative to those roots.
 Depth PNGs are uint16, metres = value / 256, 0 = no LiDAR point. The principal point comes from
 ``P_rect_02`` of the date's ``calib_cam_to_cam.txt`` when present, else the image centre.
-Lines with ``None`` ground truth are skipped by default, as the standard evaluation does.
+Lines with ``None`` ground truth are skipped by default, as the standard evaluation does. Frame
+stamps are frame number x 100 ms (the raw data's 10 Hz; timestamps.txt is not read).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 MIN_DEPTH = 1e-3
 MAX_DEPTH = 80.0
 DEPTH_SCALE = 256.0
+#: KITTI raw is recorded at 10 Hz; a frame's stamp is its frame number times 100 ms.
+RAW_PERIOD_NS = 100_000_000
 
 
 @dataclass(frozen=True)
@@ -207,5 +210,5 @@ class KittiSequence(Sequence):
                     f"{self.data_path / e.rgb} is {w}x{h} (split {self.split_file.name} line "
                     f"{e.line})",
                 )
-        stamp = int(Path(e.rgb).stem) if Path(e.rgb).stem.isdigit() else i
+        stamp = int(Path(e.rgb).stem) * RAW_PERIOD_NS if Path(e.rgb).stem.isdigit() else 0
         return Frame(rgb, depth, self._intrinsics(e, h, w), stamp)

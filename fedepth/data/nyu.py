@@ -143,7 +143,10 @@ def _read_cellstr(f: h5py.File, key: str, n: int) -> list[str] | None:
 
 
 class NYUSequence(Sequence):
-    """Images of the labeled NYUv2 file at given indices, read one at a time."""
+    """Images of the labeled NYUv2 file at given indices, read one at a time.
+
+    The labeled set has no timestamps: a frame's ``stamp_ns`` is its image index.
+    """
 
     def __init__(
         self, source: NYUv2Labeled, indices: npt.ArrayLike, *, name: str, meta: SequenceMeta

@@ -12,7 +12,7 @@ import pytest
 import scipy.io
 
 from fedepth.data import load_scenario
-from fedepth.data.camera import Camera, invert_transform
+from fedepth.data.camera import Camera
 from fedepth.data.m3ed import M3EDSequence
 from fedepth.data.synth import environments
 from fedepth.data.synth.generate import (
@@ -26,6 +26,7 @@ from fedepth.data.synth.platforms import PLATFORMS
 from fedepth.data.synth.render import Renderer, day_lighting, night_lighting
 from fedepth.data.synth.scenarios import PROFILES, hpe_plan
 from fedepth.data.synth.trajectory import Trajectory
+from fedepth.data.synth.validate import reprojection_agreement
 from fedepth.data.synth.world import Lane, WorldBuilder
 from fedepth.data.synth.world import Path as Route
 
@@ -152,36 +153,15 @@ def test_reprojected_depth_agrees_with_depth_rendered_in_the_rgb_camera(tmp_path
         plan = next(p for p in hpe_plan(prof, 0) if p.name == name)
         plan = dataclasses.replace(plan, samples=4)
         world = build_site(plan.site, 0, site_length([plan], plan.site), min_camera_height([plan]))
-        rec = generate_m3ed(plan, world, tmp_path, 0, prof)
-        seq = M3EDSequence(rec.data_path, rec.depth_path)
-        rig, r = rec.rig, Renderer(world)
-        T_ev_rgb = invert_transform(rig.T_event_rgb)
-        rel, cover = [], []
-        for i in range(len(seq)):
-            f = seq[i]
-            T_ev = rec.trajectory.pose(rec.depth_ts[seq.depth_index[i]] / 1e6)
-            _, direct = r.render(rig.rgb, T_ev @ rig.T_event_rgb, max_range=120.0)
-            # RGB pixels whose surface point the event camera sees
-            x, y = rig.rgb.pixel_rays()
-            pts = np.stack([x * direct, y * direct, direct], -1).reshape(-1, 3)
-            pts = pts @ invert_transform(T_ev_rgb)[:3, :3].T + invert_transform(T_ev_rgb)[:3, 3]
-            u, v, z = rig.event.project(np.where(pts[:, 2:] > 0, pts, 1.0))
-            seen = (
-                (direct.ravel() > 0)
-                & (z > 0)
-                & (u > 0)
-                & (v > 0)
-                & (u < rig.event.width - 1)
-                & (v < rig.event.height - 1)
-            ).reshape(direct.shape)
-            both = (f.depth > 0) & (direct > 0)
-            rel.append(np.abs(f.depth[both] - direct[both]) / direct[both])
-            cover.append(((f.depth > 0) & seen).sum() / seen.sum())
-        results[name] = (float(np.median(np.concatenate(rel))), float(np.mean(cover)))
-    print("\nreprojection agreement (median abs rel, coverage inside the event view):", results)
-    for med, cov in results.values():
-        assert med < 0.01
-        assert cov > 0.9
+        results[name] = reprojection_agreement(
+            generate_m3ed(plan, world, tmp_path, 0, prof), world
+        )
+    print("\nreprojection agreement:", results)
+    for a in results.values():
+        assert a.frames == 4
+        assert a.median_abs_rel < 0.01 and a.p90_abs_rel < 0.05
+        assert a.coverage_in_view > 0.9
+        assert 0.3 < a.coverage < a.coverage_in_view  # the RGB lens sees more than the event one
 
 
 @pytest.fixture(scope="module")

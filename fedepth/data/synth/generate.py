@@ -13,8 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,21 +88,6 @@ KITTI_DENSITY = 0.3
 KITTI_UNANNOTATED_ENDS = 5
 
 
-class Progress:
-    """A tqdm bar over rendered frames (disabled when not wanted)."""
-
-    def __init__(self, total: int, enabled: bool, desc: str) -> None:
-        self.bar = tqdm(
-            total=total, disable=not enabled, desc=desc, unit="frame", dynamic_ncols=True
-        )
-
-    def step(self, n: int = 1) -> None:
-        self.bar.update(n)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
 def lighting_for(environment: str, rng: np.random.Generator) -> Lighting:
     if environment == "urban_night":
         return night_lighting(rng)
@@ -178,7 +161,7 @@ def generate_m3ed(
     out_dir: Path,
     seed: int,
     profile: Profile,
-    progress: Progress | None = None,
+    progress: tqdm | None = None,
 ) -> M3EDRecord:
     """Render one sequence and write ``<name>_data.h5`` / ``<name>_depth_gt.h5``.
 
@@ -217,14 +200,14 @@ def generate_m3ed(
             )
             assert img is not None
             w.write_rgb(i, img)
-            if progress:
-                progress.step()
+            if progress is not None:
+                progress.update()
         for j, ts in enumerate(depth_ts):
             T_ev = traj.pose(ts / 1e6)
             _, depth = renderer.render(rig.event, T_ev, max_range=LIDAR_RANGE)
             w.write_depth(j, depth, T_ev)
-            if progress:
-                progress.step()
+            if progress is not None:
+                progress.update()
     return M3EDRecord(plan, rig, traj, lighting, rgb_ts, depth_ts, w.data_path, w.depth_path)
 
 
@@ -250,7 +233,7 @@ def _m3ed_entry(rec: M3EDRecord, root: Path, client: str | None) -> dict[str, An
 
 
 def _render_m3ed_plans(
-    plans: list[SequencePlan], out: Path, seed: int, profile: Profile, progress: Progress
+    plans: list[SequencePlan], out: Path, seed: int, profile: Profile, progress: tqdm
 ) -> list[dict[str, Any]]:
     entries = []
     by_site: dict[Site, list[SequencePlan]] = {}
@@ -314,9 +297,7 @@ def _nyu_scenes(profile: Profile, seed: int) -> list[_Scene]:
     return [scenes[i] for i in order]
 
 
-def _generate_nyu(
-    out: Path, profile: Profile, seed: int, progress: Progress
-) -> list[dict[str, Any]]:
+def _generate_nyu(out: Path, profile: Profile, seed: int, progress: tqdm) -> list[dict[str, Any]]:
     scenes = _nyu_scenes(profile, seed)
     h, w = profile.nyu_size
     cam = NYU_CAM.resized(w, h)
@@ -343,7 +324,7 @@ def _generate_nyu(
                 index.setdefault(key, []).append(i)
                 (train_idx if sc.split == "train" else test_idx).append(i)
                 i += 1
-                progress.step()
+                progress.update()
     write_nyu_splits(splits, train_idx, test_idx)
     entries = []
     for key, idx in sorted(index.items()):
@@ -426,7 +407,7 @@ def _lidar_mask(
 
 
 def _generate_kitti(
-    out: Path, profile: Profile, seed: int, progress: Progress
+    out: Path, profile: Profile, seed: int, progress: tqdm
 ) -> list[dict[str, Any]]:
     root = out / "kitti"
     data_path, gt_path = root / "raw", root / "gt"
@@ -460,7 +441,7 @@ def _generate_kitti(
                 write_kitti_depth(gt_path / gt_rel, _lidar_mask(depth, cam, T, rng))
             lines[d.split].append(f"{rgb_rel} {gt_rel} {cam.fx:.4f}")
             line_of.setdefault(d.name, []).append(len(lines[d.split]))
-            progress.step()
+            progress.update()
     split_files = {
         "train": root / "eigen_train_files_with_gt.txt",
         "test": root / "eigen_test_files_with_gt.txt",
@@ -498,13 +479,9 @@ def _generate_kitti(
 # --------------------------------------------------------------------------------------------
 
 
-@contextmanager
-def _progress(total: int, enabled: bool, desc: str) -> Iterator[Progress]:
-    bar = Progress(total, enabled, desc)
-    try:
-        yield bar
-    finally:
-        bar.close()
+def _bar(total: int, enabled: bool, desc: str) -> tqdm:
+    """A progress bar over rendered frames."""
+    return tqdm(total=total, disable=not enabled, desc=desc, unit="frame", dynamic_ncols=True)
 
 
 def synthesize(
@@ -520,13 +497,13 @@ def synthesize(
     root.mkdir(parents=True, exist_ok=True)
     if scenario == "hpe":
         plans = hpe_plan(prof, seed)
-        with _progress(_m3ed_frames(plans), progress, "hpe") as bar:
+        with _bar(_m3ed_frames(plans), progress, "hpe") as bar:
             entries = _render_m3ed_plans(plans, root, seed, prof, bar)
     else:
         pre = pretrain_plan(prof, seed)
         n_nyu = prof.nyu_train + prof.nyu_test
         n_kitti = sum(d.frames for d in _kitti_drives(prof, seed))
-        with _progress(n_nyu + n_kitti + _m3ed_frames(pre), progress, "bmr") as bar:
+        with _bar(n_nyu + n_kitti + _m3ed_frames(pre), progress, "bmr") as bar:
             entries = _generate_nyu(root, prof, seed, bar)
             entries += _generate_kitti(root, prof, seed, bar)
             entries += _render_m3ed_plans(pre, root, seed, prof, bar)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedepth.data.m3ed import parse_m3ed_name
+
 
 @dataclass(frozen=True)
 class Site:
@@ -261,12 +263,6 @@ def stable_seed(*parts: object) -> int:
     return zlib.crc32("/".join(str(p) for p in parts).encode())
 
 
-def environment_of(name: str) -> tuple[str, str]:
-    from fedepth.data.m3ed import parse_m3ed_name
-
-    return parse_m3ed_name(name)
-
-
 def _samples(profile: Profile, split: str, name: str, seed: int) -> int:
     if split == "test":
         return profile.test_samples
@@ -286,7 +282,7 @@ def hpe_plan(profile: Profile, seed: int) -> list[SequencePlan]:
         rows = tuple(r for r in rows if r[0] in keep)
     plans = []
     for name, site, split in rows:
-        platform, env = environment_of(name)
+        platform, env = parse_m3ed_name(name)
         plans.append(
             SequencePlan(
                 name, platform, env, _SITES[site], split, _samples(profile, split, name, seed)
