@@ -63,7 +63,18 @@ WARM = (1.0, 0.88, 0.72)
 
 @dataclass(frozen=True)
 class UrbanStyle:
-    """Street cross-section and frontage (metres) of one kind of urban place."""
+    """Street cross-section and frontage of one kind of urban place (lengths in metres).
+
+    ``road``: carriageway width (~3-3.5 m per lane); ``sidewalk``: width of each sidewalk;
+    ``setback``, ``height``, ``frontage``, ``depth``: building distance behind the sidewalk,
+    height, length along the street and depth; ``gap`` / ``gap_prob``: alleys or open lots
+    between buildings and how often they occur; ``parked``: share of kerb slots (6.5 m) holding a
+    parked car; ``trees``: share of 10 m sidewalk slots with a street tree (open styles: tree
+    density over the lawns); ``lamp_spacing``: street-lamp spacing on each side (staggered);
+    ``curviness``: heading amplitude of the route (0 = straight grid street); ``lots``: parking
+    lots with rows of cars in the setback; ``roofs``: gable roofs (houses); ``guardrail`` and
+    ``hills`` for highways; ``lamp_color``: sodium (orange) or LED (white) lamps.
+    """
 
     road: float
     sidewalk: float
@@ -90,91 +101,91 @@ class UrbanStyle:
 URBAN_STYLES: dict[str, UrbanStyle] = {
     # Center City: 2 x 2 lanes (~12 m), 4 m sidewalks, 12-60 m buildings without setback.
     "downtown": UrbanStyle(
-        12.0,
-        4.0,
-        (0.0, 1.0),
-        (12.0, 60.0),
-        (10.0, 35.0),
-        (12.0, 25.0),
-        (4.0, 8.0),
-        0.15,
-        0.6,
-        0.25,
-        30.0,
-        0.0,
-        ("brick", "facade", "glass_facade"),
+        road=12.0,
+        sidewalk=4.0,
+        setback=(0.0, 1.0),
+        height=(12.0, 60.0),
+        frontage=(10.0, 35.0),
+        depth=(12.0, 25.0),
+        gap=(4.0, 8.0),
+        gap_prob=0.15,
+        parked=0.6,
+        trees=0.25,
+        lamp_spacing=30.0,
+        curviness=0.0,
+        facades=("brick", "facade", "glass_facade"),
     ),
     # Industrial campus: narrow roads, low 5-15 m buildings behind 8-30 m of parking lot.
     "campus": UrbanStyle(
-        8.0,
-        3.0,
-        (8.0, 30.0),
-        (5.0, 15.0),
-        (20.0, 60.0),
-        (15.0, 40.0),
-        (10.0, 30.0),
-        0.3,
-        0.4,
-        0.4,
-        25.0,
-        0.15,
-        ("brick", "facade"),
+        road=8.0,
+        sidewalk=3.0,
+        setback=(8.0, 30.0),
+        height=(5.0, 15.0),
+        frontage=(20.0, 60.0),
+        depth=(15.0, 40.0),
+        gap=(10.0, 30.0),
+        gap_prob=0.3,
+        parked=0.4,
+        trees=0.4,
+        lamp_spacing=25.0,
+        curviness=0.15,
+        facades=("brick", "facade"),
         ground="grass",
         lots=True,
         lamp_color=LED,
     ),
     # Residential street: 5-8 m houses with gable roofs behind 3-8 m front yards.
     "residential": UrbanStyle(
-        9.0,
-        2.5,
-        (3.0, 8.0),
-        (5.0, 8.0),
-        (8.0, 15.0),
-        (8.0, 12.0),
-        (2.0, 6.0),
-        0.7,
-        0.5,
-        0.6,
-        35.0,
-        0.1,
-        ("facade", "brick"),
+        road=9.0,
+        sidewalk=2.5,
+        setback=(3.0, 8.0),
+        height=(5.0, 8.0),
+        frontage=(8.0, 15.0),
+        depth=(8.0, 12.0),
+        gap=(2.0, 6.0),
+        gap_prob=0.7,
+        parked=0.5,
+        trees=0.6,
+        lamp_spacing=35.0,
+        curviness=0.1,
+        facades=("facade", "brick"),
         ground="grass",
         roofs=True,
     ),
     # Highway: 4 lanes (~16 m), guardrails, vegetation and buildings 30-80 m away, hills.
     "highway": UrbanStyle(
-        16.0,
-        0.0,
-        (30.0, 80.0),
-        (8.0, 25.0),
-        (20.0, 60.0),
-        (15.0, 30.0),
-        (20.0, 80.0),
-        0.6,
-        0.0,
-        0.8,
-        50.0,
-        0.25,
-        ("facade", "brick"),
+        road=16.0,
+        sidewalk=0.0,
+        setback=(30.0, 80.0),
+        height=(8.0, 25.0),
+        frontage=(20.0, 60.0),
+        depth=(15.0, 30.0),
+        gap=(20.0, 80.0),
+        gap_prob=0.6,
+        parked=0.0,
+        trees=0.8,
+        lamp_spacing=50.0,
+        curviness=0.25,
+        facades=("facade", "brick"),
         ground="grass",
         guardrail=True,
         hills=True,
     ),
     # Park path: a 4 m paved path through lawns and trees, buildings 35-80 m away.
     "park": UrbanStyle(
-        4.0,
-        0.0,
-        (35.0, 80.0),
-        (8.0, 30.0),
-        (15.0, 50.0),
-        (12.0, 30.0),
-        (10.0, 40.0),
-        0.5,
-        0.0,
-        0.8,
-        20.0,
-        0.35,
-        ("brick", "facade"),
+        road=4.0,
+        sidewalk=0.0,
+        setback=(35.0, 80.0),
+        height=(8.0, 30.0),
+        frontage=(15.0, 50.0),
+        depth=(12.0, 30.0),
+        gap=(10.0, 40.0),
+        gap_prob=0.5,
+        parked=0.0,
+        trees=0.8,
+        lamp_spacing=20.0,
+        curviness=0.35,
+        facades=("brick", "facade"),
         ground="grass",
         paved="concrete",
         lamp_color=LED,
@@ -440,7 +451,11 @@ def urban(
 
 @dataclass(frozen=True)
 class ForestStyle:
-    """Trail width (m), stem and shrub densities (per m^2), relief amplitude (m), etc."""
+    """A forest: ``trail`` width (m); ``trees``, ``bushes``, ``logs``: densities per m^2 (600
+    stems/ha = 0.06); ``relief``: terrain height amplitude (m); ``conifer``: share of conifers;
+    ``trunk_radius`` and ``tree_height`` ranges (m); ground and trail materials; ``ponds``: how
+    many; ``curviness``: heading amplitude of the trail (rad); ``band``: half-width (m) of the
+    forested strip around the trail."""
 
     trail: float
     trees: float
@@ -460,23 +475,35 @@ class ForestStyle:
 FOREST_STYLES: dict[str, ForestStyle] = {
     # Dense deciduous forest (~600 stems/ha), thick understory, 3 m dirt trail, rolling relief.
     "dense": ForestStyle(
-        3.0,
-        0.06,
-        0.05,
-        0.004,
-        0.8,
-        0.2,
-        (0.1, 0.35),
-        (10.0, 22.0),
-        "litter",
-        "dirt",
-        0,
-        0.35,
-        40.0,
+        trail=3.0,
+        trees=0.06,
+        bushes=0.05,
+        logs=0.004,
+        relief=0.8,
+        conifer=0.2,
+        trunk_radius=(0.1, 0.35),
+        tree_height=(10.0, 22.0),
+        ground="litter",
+        trail_material="dirt",
+        ponds=0,
+        curviness=0.35,
+        band=40.0,
     ),
     # Open forest clearing (~120 stems/ha), sand track, grass and a few ponds.
     "open": ForestStyle(
-        5.0, 0.012, 0.02, 0.001, 0.4, 0.1, (0.12, 0.4), (8.0, 20.0), "grass", "sand", 3, 0.25, 60.0
+        trail=5.0,
+        trees=0.012,
+        bushes=0.02,
+        logs=0.001,
+        relief=0.4,
+        conifer=0.1,
+        trunk_radius=(0.12, 0.4),
+        tree_height=(8.0, 20.0),
+        ground="grass",
+        trail_material="sand",
+        ponds=3,
+        curviness=0.25,
+        band=60.0,
     ),
 }
 
@@ -582,17 +609,67 @@ class RoomStyle:
 
 
 ROOM_STYLES: dict[str, RoomStyle] = {
-    "bedroom": RoomStyle((3.2, 5.0), (3.5, 5.0), (2.4, 2.8), "floor_wood", 1, 1),
-    "kitchen": RoomStyle((3.0, 5.0), (3.2, 6.0), (2.4, 2.8), "floor_tile", 1, 2),
-    "living_room": RoomStyle((4.0, 7.0), (4.0, 6.5), (2.4, 3.0), "floor_wood", 2, 2),
-    "bathroom": RoomStyle((2.4, 3.2), (2.6, 3.6), (2.3, 2.6), "floor_tile", 0, 1),
-    "dining_room": RoomStyle((3.5, 5.0), (3.5, 5.5), (2.4, 3.0), "floor_wood", 1, 1),
-    "office": RoomStyle((3.5, 7.0), (3.5, 6.0), (2.6, 3.0), "carpet", 2, 3),
-    "classroom": RoomStyle((6.0, 7.5), (6.0, 7.0), (2.8, 3.2), "carpet", 2, 4),
-    "store": RoomStyle((6.0, 8.0), (5.0, 6.5), (3.0, 3.4), "floor_tile", 0, 4),
+    "bedroom": RoomStyle(
+        width=(3.2, 5.0),
+        depth=(3.5, 5.0),
+        height=(2.4, 2.8),
+        floor="floor_wood",
+        windows=1,
+        lamps=1,
+    ),
+    "kitchen": RoomStyle(
+        width=(3.0, 5.0),
+        depth=(3.2, 6.0),
+        height=(2.4, 2.8),
+        floor="floor_tile",
+        windows=1,
+        lamps=2,
+    ),
+    "living_room": RoomStyle(
+        width=(4.0, 7.0),
+        depth=(4.0, 6.5),
+        height=(2.4, 3.0),
+        floor="floor_wood",
+        windows=2,
+        lamps=2,
+    ),
+    "bathroom": RoomStyle(
+        width=(2.4, 3.2),
+        depth=(2.6, 3.6),
+        height=(2.3, 2.6),
+        floor="floor_tile",
+        windows=0,
+        lamps=1,
+    ),
+    "dining_room": RoomStyle(
+        width=(3.5, 5.0),
+        depth=(3.5, 5.5),
+        height=(2.4, 3.0),
+        floor="floor_wood",
+        windows=1,
+        lamps=1,
+    ),
+    "office": RoomStyle(
+        width=(3.5, 7.0), depth=(3.5, 6.0), height=(2.6, 3.0), floor="carpet", windows=2, lamps=3
+    ),
+    "classroom": RoomStyle(
+        width=(6.0, 7.5), depth=(6.0, 7.0), height=(2.8, 3.2), floor="carpet", windows=2, lamps=4
+    ),
+    "store": RoomStyle(
+        width=(6.0, 8.0),
+        depth=(5.0, 6.5),
+        height=(3.0, 3.4),
+        floor="floor_tile",
+        windows=0,
+        lamps=4,
+    ),
     # M3ED indoor places: a building lobby (Spot) and a flight arena with obstacles (Falcon).
-    "lobby": RoomStyle((6.0, 8.0), (5.0, 6.5), (3.0, 3.4), "concrete", 2, 4),
-    "arena": RoomStyle((6.0, 8.0), (5.5, 6.5), (3.0, 3.4), "concrete", 0, 4),
+    "lobby": RoomStyle(
+        width=(6.0, 8.0), depth=(5.0, 6.5), height=(3.0, 3.4), floor="concrete", windows=2, lamps=4
+    ),
+    "arena": RoomStyle(
+        width=(6.0, 8.0), depth=(5.5, 6.5), height=(3.0, 3.4), floor="concrete", windows=0, lamps=4
+    ),
 }
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
-from types import TracebackType
 
 import h5py
 import numpy as np
@@ -115,17 +114,6 @@ class M3EDWriter:
         if self._depth_file is not None:
             self._depth_file.close()
 
-    def __enter__(self) -> M3EDWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
 
 def _matlab_header() -> bytes:
     """The 128-byte header MATLAB puts in a v7.3 file's HDF5 user block."""
@@ -190,17 +178,6 @@ class NYUWriter:
         self._f.close()
         with open(self.path, "r+b") as fh:
             fh.write(_matlab_header())
-
-    def __enter__(self) -> NYUWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def write_nyu_splits(path: str | Path, train: npt.ArrayLike, test: npt.ArrayLike) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -187,7 +188,7 @@ def generate_m3ed(
     traj = Trajectory(world, platform, plan.environment, rng, duration)
     renderer = Renderer(world)
     note = f"synthetic (fedepth synth seed {seed})"
-    with M3EDWriter(out_dir, plan.name, rig, rgb_ts, depth_ts, note) as w:
+    with closing(M3EDWriter(out_dir, plan.name, rig, rgb_ts, depth_ts, note)) as w:
         for i, ts in enumerate(rgb_ts):
             T_ev = traj.pose(ts / 1e6)
             T_rgb = T_ev @ rig.T_event_rgb
@@ -308,7 +309,7 @@ def _generate_nyu(out: Path, profile: Profile, seed: int, progress: tqdm) -> lis
     train_idx: list[int] = []
     test_idx: list[int] = []
     handheld = PLATFORMS["handheld"]
-    with NYUWriter(mat, total, h, w) as writer:
+    with closing(NYUWriter(mat, total, h, w)) as writer:
         i = 0
         for sc in scenes:
             rng = np.random.default_rng(stable_seed(seed, "nyu", sc.name))
