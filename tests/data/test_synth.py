@@ -232,3 +232,15 @@ def test_generation_is_deterministic_per_seed(smoke: dict[str, Path], tmp_path: 
         assert np.array_equal(ref[i].rgb, same[i].rgb)
         assert np.array_equal(ref[i].depth, same[i].depth)
     assert not np.array_equal(ref[0].rgb, diff[0].rgb)
+
+
+def test_place_variants_share_geometry() -> None:
+    plan = hpe_plan(PROFILES["small"], 0)
+    penno = next(p.site for p in plan if p.name == "car_urban_night_penno_big_loop")
+    beams = next(p.site for p in plan if p.name == "falcon_outdoor_night_high_beams")
+    assert penno.key == beams.key and penno != beams
+    a = build_site(penno, 0, site_length(plan, penno))
+    b = build_site(beams, 0, site_length(plan, beams))
+    n = a.num_faces
+    assert b.num_faces > n and np.array_equal(a.vertices, b.vertices[: a.vertices.shape[0]])
+    assert len(b.lights) == len(a.lights) + 2  # the parked car's two high beams

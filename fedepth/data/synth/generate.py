@@ -108,10 +108,11 @@ def build_site(site: Site, seed: int, length: float, min_camera_height: float = 
 
 
 def site_length(plans: list[SequencePlan], site: Site) -> float:
-    """Route length that fits every sequence recorded at the site, plus margins."""
+    """Route length that fits every sequence recorded at the place, plus margins (variants of a
+    place, such as Pennovation with a car's high beams on, get the same length and geometry)."""
     travel = 0.0
     for p in plans:
-        if p.site == site:
+        if p.site.key == site.key:
             vmax = PLATFORMS[p.platform].speed_range(p.environment)[1]
             travel = max(travel, vmax * (p.samples / 10.0 + 1.0) * 1.2)
     margin = environments.URBAN_MARGIN if site.family == "urban" else environments.FOREST_MARGIN
