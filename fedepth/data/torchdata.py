@@ -1,0 +1,83 @@
+"""PyTorch adapter: frames of one or more sequences as fixed-size (rgb, depth) tensor pairs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as AbcSequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import Dataset
+
+from fedepth.data.sequence import Frame, Sequence
+
+
+def resize_frame(frame: Frame, size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rgb (3, H, W) float32 in [0, 1], depth (1, H, W) float32 metres, 0 = invalid).
+
+    RGB is resized bilinearly (with anti-aliasing when shrinking); depth by nearest neighbour,
+    so no depth value is invented between a surface and the background or an invalid pixel.
+    """
+    h, w = size
+    rgb = torch.from_numpy(np.ascontiguousarray(frame.rgb)).permute(2, 0, 1).float().div_(255.0)
+    depth = torch.from_numpy(np.ascontiguousarray(frame.depth))[None]
+    if tuple(rgb.shape[1:]) != (h, w):
+        shrink = h < rgb.shape[1] or w < rgb.shape[2]
+        rgb = F.interpolate(
+            rgb[None], size=(h, w), mode="bilinear", align_corners=False, antialias=shrink
+        )[0].clamp_(0.0, 1.0)
+        depth = F.interpolate(depth[None], size=(h, w), mode="nearest")[0]
+    return rgb.contiguous(), depth.contiguous()
+
+
+class FrameDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """All frames of ``sequences``, resized to ``size`` = (H, W).
+
+    Items are ``(rgb (3, H, W) float32 in [0, 1], depth (1, H, W) float32 metres, 0 invalid)``.
+    With ``flip=True`` each item is mirrored left-right with probability 1/2, decided by
+    ``(seed, epoch, index)`` only, so results do not depend on worker count or order; call
+    :meth:`set_epoch` to draw new flips each epoch.
+    """
+
+    def __init__(
+        self,
+        sequences: Sequence | AbcSequence[Sequence],
+        size: tuple[int, int],
+        *,
+        flip: bool = False,
+        seed: int = 0,
+    ) -> None:
+        seqs = [sequences] if isinstance(sequences, Sequence) else list(sequences)
+        if not seqs:
+            raise ValueError("FrameDataset needs at least one sequence")
+        if len(size) != 2 or min(size) <= 0:
+            raise ValueError(f"size must be (H, W) with positive entries, got {size}")
+        self.sequences = seqs
+        self.size = (int(size[0]), int(size[1]))
+        self.flip = flip
+        self.seed = seed
+        self.epoch = 0
+        self._offsets = np.cumsum([0] + [len(s) for s in seqs])
+
+    def __len__(self) -> int:
+        return int(self._offsets[-1])
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def locate(self, index: int) -> tuple[Sequence, int]:
+        """The sequence and frame index of dataset item ``index``."""
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} out of range for {len(self)} frames")
+        k = int(np.searchsorted(self._offsets, index, side="right") - 1)
+        return self.sequences[k], int(index - self._offsets[k])
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        seq, i = self.locate(int(index))
+        rgb, depth = resize_frame(seq[i], self.size)
+        if self.flip:
+            draw = np.random.default_rng([self.seed, self.epoch, int(index)]).random()
+            if draw < 0.5:
+                rgb = rgb.flip(-1)
+                depth = depth.flip(-1)
+        return rgb, depth
