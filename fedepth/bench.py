@@ -44,8 +44,19 @@ from fedepth.sim import (
 log = logging.getLogger(__name__)
 
 #: Every method of the paper's tables, in table order.
-ALL_METHODS = ("cl", "fedavg", "fedprox", "feddyn", "scaffold", "fedclust", "pacfl", "hard",
-               "fedepth", "group-platform", "group-environment")
+ALL_METHODS = (
+    "cl",
+    "fedavg",
+    "fedprox",
+    "feddyn",
+    "scaffold",
+    "fedclust",
+    "pacfl",
+    "hard",
+    "fedepth",
+    "group-platform",
+    "group-environment",
+)
 #: Table 3b's overlap ratios (1.0 is the single cluster: every client together).
 SWEEP = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 1.0)
 
@@ -79,12 +90,12 @@ def ensure_data(spec: BenchSpec) -> Path:
     """The scenario directory: the given one, or generated once into the cache."""
     if spec.data_dir is not None:
         return spec.data_dir
-    from fedepth.data.synth.generate import generate
+    from fedepth.data.synth.generate import synthesize
 
     root = spec.cache_dir / "data" / f"{spec.scenario}-{spec.profile}-s{spec.sim.seed}"
     if not (root / "manifest.json").is_file():
         log.info("generating the %s/%s scenario into %s", spec.scenario, spec.profile, root)
-        generate(spec.scenario, spec.profile, spec.sim.seed, root, progress=spec.progress)
+        synthesize(spec.scenario, spec.profile, spec.sim.seed, root, progress=spec.progress)
     return root
 
 
@@ -93,8 +104,10 @@ def ensure_weights(spec: BenchSpec, scenario: Scenario) -> Path:
     if spec.weights is not None:
         return spec.weights
     c = spec.sim
-    name = (f"{spec.scenario}-{spec.profile}-{c.model}-{c.image_size[0]}x{c.image_size[1]}"
-            f"-{c.pretrain_steps}steps-s{c.seed}.safetensors")
+    name = (
+        f"{spec.scenario}-{spec.profile}-{c.model}-{c.image_size[0]}x{c.image_size[1]}"
+        f"-{c.pretrain_steps}steps-s{c.seed}.safetensors"
+    )
     path = spec.cache_dir / "pretrain" / name
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,8 +143,9 @@ def run_benchmark(spec: BenchSpec, *, echo: Callable[[str], None] = print) -> di
         for ratio in spec.sweep:
             params = dict(spec.sim.method_params)
             params["fedepth"] = {"tau": float("inf")} if ratio >= 1.0 else {"overlap": ratio}
-            sweep_sim = Simulation(fleet, initial, replace(spec.sim, method_params=params),
-                                   executor)
+            sweep_sim = Simulation(
+                fleet, initial, replace(spec.sim, method_params=params), executor
+            )
             sweep_runs[ratio] = sweep_sim.run("fedepth", progress=spec.progress)
             echo(_one_line(sweep_name(ratio), sweep_runs[ratio]))
     finally:
@@ -150,10 +164,21 @@ def run_benchmark(spec: BenchSpec, *, echo: Callable[[str], None] = print) -> di
         "overlap_sweep": {f"{ratio:g}": r.summary() for ratio, r in sweep_runs.items()},
         "wall_seconds": time.perf_counter() - t_start,
     }
-    (spec.out / "config.json").write_text(json.dumps(
-        {"sim": config_dict(spec.sim), "scenario": spec.scenario, "profile": spec.profile,
-         "methods": list(spec.methods), "sweep": list(spec.sweep), "executor": spec.executor,
-         "data_dir": str(root), "weights": str(weights)}, indent=2))
+    (spec.out / "config.json").write_text(
+        json.dumps(
+            {
+                "sim": config_dict(spec.sim),
+                "scenario": spec.scenario,
+                "profile": spec.profile,
+                "methods": list(spec.methods),
+                "sweep": list(spec.sweep),
+                "executor": spec.executor,
+                "data_dir": str(root),
+                "weights": str(weights),
+            },
+            indent=2,
+        )
+    )
     (spec.out / "results.json").write_text(json.dumps(results, indent=2, default=_json))
     write_figures(spec.out, fleet, runs, spec.sim)
     (spec.out / "report.md").write_text(render_report(results, fleet))
@@ -170,16 +195,23 @@ def _json(o: Any) -> Any:
 
 def _one_line(name: str, run: MethodRun) -> str:
     f = run.final
-    return (f"{name:<18} abs_rel {f['abs_rel']:.3f}  rmse {f['rmse']:.3f}  d1 {f['d1']:.3f}"
-            f"  clusters {len(run.clusters) or 1}")
+    return (
+        f"{name:<18} abs_rel {f['abs_rel']:.3f}  rmse {f['rmse']:.3f}  d1 {f['d1']:.3f}"
+        f"  clusters {len(run.clusters) or 1}"
+    )
 
 
 # -- report -------------------------------------------------------------------------------------
-def _table(rows: Sequence[tuple[str, dict[str, Any]]], cols: Sequence[str],
-           header: Sequence[str] | None = None) -> str:
+def _table(
+    rows: Sequence[tuple[str, dict[str, Any]]],
+    cols: Sequence[str],
+    header: Sequence[str] | None = None,
+) -> str:
     head = header or cols
-    lines = ["| Method | " + " | ".join(head) + " |",
-             "| --- | " + " | ".join("---:" for _ in head) + " |"]
+    lines = [
+        "| Method | " + " | ".join(head) + " |",
+        "| --- | " + " | ".join("---:" for _ in head) + " |",
+    ]
     for name, vals in rows:
         cells = [f"{vals[c]:.3f}" if isinstance(vals.get(c), (int, float)) else "-" for c in cols]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -189,8 +221,15 @@ def _table(rows: Sequence[tuple[str, dict[str, Any]]], cols: Sequence[str],
 def render_report(results: dict[str, Any], fleet: Fleet) -> str:
     """Markdown report with the paper's table layout."""
     m = results["methods"]
-    arrows = ["Abs Rel ↓", "Sq Rel ↓", "RMSE ↓", "RMSE log ↓", "δ<1.25 ↑", "δ<1.25² ↑",
-              "δ<1.25³ ↑"]
+    arrows = [
+        "Abs Rel ↓",
+        "Sq Rel ↓",
+        "RMSE ↓",
+        "RMSE log ↓",
+        "δ<1.25 ↑",
+        "δ<1.25² ↑",
+        "δ<1.25³ ↑",
+    ]
     table_no = "1" if results["scenario"] == "hpe" else "2"
     out = [
         f"# fedepth benchmark: {results['scenario'].upper()} ({results['profile']} profile)",
@@ -206,46 +245,77 @@ def render_report(results: dict[str, Any], fleet: Fleet) -> str:
         "",
     ]
     if "hard" in m and "fedepth" in m:
-        out += ["## Table 3a: hard vs soft clustering at the same tau", "",
-                _table([("Hard clustering", m["hard"]), ("Soft clustering (FeDepth)",
-                                                         m["fedepth"])], ["abs_rel"],
-                       ["Abs Rel ↓"]), ""]
+        out += [
+            "## Table 3a: hard vs soft clustering at the same tau",
+            "",
+            _table(
+                [("Hard clustering", m["hard"]), ("Soft clustering (FeDepth)", m["fedepth"])],
+                ["abs_rel"],
+                ["Abs Rel ↓"],
+            ),
+            "",
+        ]
     sweep = results.get("overlap_sweep") or {}
     if sweep:
         ratios = list(sweep)
-        out += ["## Table 3b: overlap ratio sweep (FeDepth)", "",
-                "| Overlap target | " + " | ".join(f"{float(r):.0%}" for r in ratios) + " |",
-                "| --- | " + " | ".join("---:" for _ in ratios) + " |",
-                "| Abs Rel ↓ | " + " | ".join(f"{sweep[r]['abs_rel']:.3f}" for r in ratios)
-                + " |",
-                "| clusters K | " + " | ".join(str(len(sweep[r]["clusters"]) or 1)
-                                               for r in ratios) + " |",
-                "", "100 % means one cluster holding every client (tau = infinity); a "
-                "target is met by the smallest tau whose merged map comes closest to it.", ""]
+        out += [
+            "## Table 3b: overlap ratio sweep (FeDepth)",
+            "",
+            "| Overlap target | " + " | ".join(f"{float(r):.0%}" for r in ratios) + " |",
+            "| --- | " + " | ".join("---:" for _ in ratios) + " |",
+            "| Abs Rel ↓ | " + " | ".join(f"{sweep[r]['abs_rel']:.3f}" for r in ratios) + " |",
+            "| clusters K | "
+            + " | ".join(str(len(sweep[r]["clusters"]) or 1) for r in ratios)
+            + " |",
+            "",
+            "100 % means one cluster holding every client (tau = infinity); a "
+            "target is met by the smallest tau whose merged map comes closest to it.",
+            "",
+        ]
     group_names = sorted({g for v in m.values() for g in v["groups"]})
     if group_names:
         cols = [*group_names, "all"]
-        rows = [(k, {**{g: v["groups"][g]["abs_rel"] for g in v["groups"]},
-                     "all": v["abs_rel"]}) for k, v in m.items()]
-        out += ["## Table 3c: Abs Rel per platform and environment of the test sequences", "",
-                _table(rows, cols, [g.split(":", 1)[1] for g in group_names] + ["All"]), ""]
-    out += ["## Communication and time", "",
-            "| Method | download / client / round | upload / client / round | train s | "
-            "overhead s | overhead |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        rows = [
+            (k, {**{g: v["groups"][g]["abs_rel"] for g in v["groups"]}, "all": v["abs_rel"]})
+            for k, v in m.items()
+        ]
+        out += [
+            "## Table 3c: Abs Rel per platform and environment of the test sequences",
+            "",
+            _table(rows, cols, [g.split(":", 1)[1] for g in group_names] + ["All"]),
+            "",
+        ]
+    out += [
+        "## Communication and time",
+        "",
+        "| Method | download / client / round | upload / client / round | train s | "
+        "overhead s | overhead |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for k, v in m.items():
         b, t = v["bytes_per_round"], v["timing"]
-        out.append(f"| {k} | {b['download_mean'] / 2**20:.2f} MiB | "
-                   f"{b['upload_mean'] / 2**20:.2f} MiB | {t['train_seconds']:.1f} | "
-                   f"{t['overhead_seconds']:.1f} | {t['overhead_fraction']:.1%} |")
-    out += ["", "Overhead: descriptors, clustering, aggregation and safetensors serialization.",
-            "", "## Figures", "", "![convergence](curves.png)", "",
-            "![Jeffreys matrix and cluster map](clusters.png)", "",
-            "![predictions](predictions.png)", ""]
+        out.append(
+            f"| {k} | {b['download_mean'] / 2**20:.2f} MiB | "
+            f"{b['upload_mean'] / 2**20:.2f} MiB | {t['train_seconds']:.1f} | "
+            f"{t['overhead_seconds']:.1f} | {t['overhead_fraction']:.1%} |"
+        )
+    out += [
+        "",
+        "Overhead: descriptors, clustering, aggregation and safetensors serialization.",
+        "",
+        "## Figures",
+        "",
+        "![convergence](curves.png)",
+        "",
+        "![Jeffreys matrix and cluster map](clusters.png)",
+        "",
+        "![predictions](predictions.png)",
+        "",
+    ]
     return "\n".join(out)
 
 
-def write_figures(out: Path, fleet: Fleet, runs: dict[str, MethodRun], config: SimConfig
-                  ) -> None:
+def write_figures(out: Path, fleet: Fleet, runs: dict[str, MethodRun], config: SimConfig) -> None:
     """curves.png, clusters.png and predictions.png."""
     import matplotlib
 
@@ -273,8 +343,10 @@ def write_figures(out: Path, fleet: Fleet, runs: dict[str, MethodRun], config: S
     if tau is None:
         tau = clustering.calibrate_tau(A, 0.2)
     m_star = clustering.soft_clustering(A, float(tau)).M_star
-    names = [f"{i.labels.get('platform', '')[:4]}/{i.labels.get('environment', '')[:7]}"
-             for i in fleet.infos]
+    names = [
+        f"{i.labels.get('platform', '')[:4]}/{i.labels.get('environment', '')[:7]}"
+        for i in fleet.infos
+    ]
     fig, axes = plt.subplots(1, 2, figsize=(15, 6), gridspec_kw={"width_ratios": [1, 1.3]})
     im = axes[0].imshow(A, cmap="viridis")
     axes[0].set_title("Jeffreys divergence between clients")
@@ -293,8 +365,7 @@ def write_figures(out: Path, fleet: Fleet, runs: dict[str, MethodRun], config: S
     if not shown or not seqs:
         return
     cols = 2 + len(shown)
-    fig, axes = plt.subplots(len(seqs), cols, figsize=(2.2 * cols, 1.8 * len(seqs)),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(seqs), cols, figsize=(2.2 * cols, 1.8 * len(seqs)), squeeze=False)
     for r, seq in enumerate(seqs):
         first = runs[shown[0]].samples.get(seq)
         if not first:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -127,6 +127,14 @@ def sample_indices(num_available: int, n: int, seed: int) -> np.ndarray:
 FeatureFn = Callable[[torch.Tensor], torch.Tensor]
 
 
+class Frames(Protocol):
+    """Anything indexable with a length: a list of images, a lazy sequence reader."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int, /) -> Any: ...
+
+
 class DescriptorExtractor:
     """Frozen encoder -> GeM -> (mean, variance) over n sampled frames.
 
@@ -170,7 +178,7 @@ class DescriptorExtractor:
             return gem(feats, p=self.p, eps=self.eps).cpu()
 
     def extract(
-        self, frames: Sequence[Any], *, to_tensor: Callable[[Any], torch.Tensor] | None = None
+        self, frames: Frames, *, to_tensor: Callable[[Any], torch.Tensor] | None = None
     ) -> Descriptor:
         """Descriptor of a client whose frames are ``frames`` (indexable, read lazily).
 
@@ -191,7 +199,7 @@ class DescriptorExtractor:
         return Descriptor(mean=moments.mean.copy(), var=var, num_frames=int(idx.size))
 
     def per_frame(
-        self, frames: Sequence[Any], *, to_tensor: Callable[[Any], torch.Tensor] | None = None
+        self, frames: Frames, *, to_tensor: Callable[[Any], torch.Tensor] | None = None
     ) -> np.ndarray:
         """The GeM vectors (n_c, C) of the sampled frames themselves (PACFL's feature matrix)."""
         convert = to_tensor or image_to_tensor

@@ -229,7 +229,7 @@ class Fleet:
         return self.scenario.clients
 
 
-def _client_rgb(client: Client) -> list[Any]:
+def _client_rgb(client: Client) -> _Concat:
     """A lazy indexable over the RGB frames of all of a client's sequences."""
     return _Concat([s.rgb_frames() for s in client.sequences])
 
@@ -316,7 +316,8 @@ def evaluate_sequence(
 ) -> tuple[dict[str, float], list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     """Mean metrics over a sequence's evaluation frames (at the training resolution), and the
     (rgb, gt, pred) of its first evaluation frame for pictures."""
-    rows, sample = [], []
+    rows: list[dict[str, float]] = []
+    sample: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     model.eval()
     with torch.inference_mode():
         for i in eval_indices(len(seq), config.eval_frames):
