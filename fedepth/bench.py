@@ -78,6 +78,50 @@ class BenchSpec:
     progress: bool = True
 
 
+#: Simulation sizes per data profile (every field can be overridden on the command line).
+#: small: sized so one method's run takes a few minutes on a 2-core CPU; paper: starting points
+#: for GPU machines at the paper's scale (KITTI-like input, 50 rounds).
+PROFILE_SIM: dict[str, dict[str, Any]] = {
+    "smoke": {
+        "image_size": (32, 48),
+        "rounds": 3,
+        "local_steps": 2,
+        "last_rounds": 2,
+        "pretrain_steps": 30,
+        "eval_frames": 2,
+        "descriptor_frames": 8,
+    },
+    "small": {
+        "image_size": (48, 64),
+        "rounds": 10,
+        "local_steps": 5,
+        "last_rounds": 5,
+        "pretrain_steps": 400,
+        "eval_frames": 8,
+        "descriptor_frames": 32,
+    },
+    "paper": {
+        "image_size": (352, 704),
+        "rounds": 50,
+        "local_steps": 100,
+        "batch_size": 8,
+        "last_rounds": 5,
+        "pretrain_steps": 20000,
+        "eval_frames": 64,
+        "descriptor_frames": 128,
+    },
+}
+
+
+def sim_config(scenario: str, profile: str, **overrides: Any) -> SimConfig:
+    """The simulation configuration of a scenario and profile, with overrides applied."""
+    if profile not in PROFILE_SIM:
+        raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILE_SIM)}")
+    fields = {**scenario_defaults(scenario), **PROFILE_SIM[profile]}
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    return SimConfig(**fields)
+
+
 def scenario_defaults(scenario: str) -> dict[str, Any]:
     """Depth range of the scenario's single model: HPE and BMR both reach outdoor range (80 m);
     indoor sequences are still scored with their own 10 m cap."""
@@ -130,16 +174,38 @@ def run_benchmark(spec: BenchSpec, *, echo: Callable[[str], None] = print) -> di
     scenario = load_scenario(root)
     weights = ensure_weights(spec, scenario)
     model = initial_model(spec.sim, str(weights))
-    fleet = prepare_fleet(scenario, model, spec.sim)
+    fleet = prepare_fleet(scenario, model, spec.sim, progress=spec.progress)
     initial = get_state(model)
     executor = make_executor(spec.executor)
     sim = Simulation(fleet, initial, spec.sim, executor)
     runs: dict[str, MethodRun] = {}
+    sweep_runs: dict[float, MethodRun] = {}
+
+    def collect() -> dict[str, Any]:
+        return {
+            "scenario": spec.scenario,
+            "profile": spec.profile,
+            "seed": spec.sim.seed,
+            "backbone": spec.sim.model,
+            "data_dir": str(root),
+            "weights": str(weights),
+            "num_clients": len(fleet.infos),
+            "num_test_sequences": len(fleet.test_queries),
+            "methods": {m: r.summary() for m, r in runs.items()},
+            "overlap_sweep": {f"{ratio:g}": r.summary() for ratio, r in sweep_runs.items()},
+            "wall_seconds": time.perf_counter() - t_start,
+        }
+
+    def checkpoint() -> None:  # results so far, so a long run can be watched or resumed by eye
+        tmp = spec.out / "results.json.tmp"
+        tmp.write_text(json.dumps(collect(), indent=2, default=_json))
+        tmp.replace(spec.out / "results.json")
+
     try:
         for method in spec.methods:
             runs[method] = sim.run(method, progress=spec.progress)
             echo(_one_line(method, runs[method]))
-        sweep_runs: dict[float, MethodRun] = {}
+            checkpoint()
         for ratio in spec.sweep:
             params = dict(spec.sim.method_params)
             params["fedepth"] = {"tau": float("inf")} if ratio >= 1.0 else {"overlap": ratio}
@@ -148,22 +214,11 @@ def run_benchmark(spec: BenchSpec, *, echo: Callable[[str], None] = print) -> di
             )
             sweep_runs[ratio] = sweep_sim.run("fedepth", progress=spec.progress)
             echo(_one_line(sweep_name(ratio), sweep_runs[ratio]))
+            checkpoint()
     finally:
         executor.close()
         scenario.close()
-    results = {
-        "scenario": spec.scenario,
-        "profile": spec.profile,
-        "seed": spec.sim.seed,
-        "backbone": spec.sim.model,
-        "data_dir": str(root),
-        "weights": str(weights),
-        "num_clients": len(fleet.infos),
-        "num_test_sequences": len(fleet.test_queries),
-        "methods": {m: r.summary() for m, r in runs.items()},
-        "overlap_sweep": {f"{ratio:g}": r.summary() for ratio, r in sweep_runs.items()},
-        "wall_seconds": time.perf_counter() - t_start,
-    }
+    results = collect()
     (spec.out / "config.json").write_text(
         json.dumps(
             {
@@ -389,7 +444,16 @@ def write_figures(out: Path, fleet: Fleet, runs: dict[str, MethodRun], config: S
     plt.close(fig)
 
 
-def load_init(model_name: str, weights: Path) -> None:
-    """Check a user's weights file against a model before a long run (fails fast, clearly)."""
-    cfg = SimConfig(model=model_name)
-    load_weights(cfg.build_model(), weights)
+def check_weights(config: SimConfig, weights: Path) -> None:
+    """Load a user's weights file into the configured model before a long run (fails fast)."""
+    load_weights(config.build_model(), weights)
+
+
+def format_table(results: dict[str, Any]) -> str:
+    """The methods table as fixed-width text for the terminal."""
+    rows = [f"{'method':<20}" + "".join(f"{k:>10}" for k in TABLE_METRICS)]
+    entries = list(results["methods"].items())
+    entries += [(sweep_name(float(r)), v) for r, v in results.get("overlap_sweep", {}).items()]
+    for name, v in entries:
+        rows.append(f"{name:<20}" + "".join(f"{v[k]:>10.3f}" for k in TABLE_METRICS))
+    return "\n".join(rows)

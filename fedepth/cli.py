@@ -80,10 +80,168 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from fedepth.demo import run_clustering_demo
+def _methods(text: str) -> tuple[str, ...]:
+    from fedepth.bench import ALL_METHODS
+    from fedepth.strategies import list_strategies
 
-    run_clustering_demo(seed=args.seed, out=Path(args.out) if args.out else None)
+    if text == "all":
+        return ALL_METHODS
+    names = tuple(m.strip() for m in text.split(",") if m.strip())
+    unknown = [m for m in names if m not in list_strategies()]
+    if unknown or not names:
+        raise CliError(
+            f"unknown method(s) {', '.join(unknown) or '(none)'}; choose from "
+            f"{', '.join(list_strategies())} or 'all'"
+        )
+    return names
+
+
+def _sweep(text: str | None) -> tuple[float, ...]:
+    from fedepth.bench import SWEEP
+
+    if not text:
+        return ()
+    if text == "paper":
+        return SWEEP
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError as exc:
+        raise CliError(
+            f"--sweep takes comma-separated ratios in [0, 1] or 'paper': {exc}"
+        ) from exc
+    if any(not 0.0 <= v <= 1.0 for v in values):
+        raise CliError("--sweep ratios must lie in [0, 1]")
+    return values
+
+
+def _size(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        h, w = (int(v) for v in text.lower().split("x"))
+    except ValueError as exc:
+        raise CliError(f"--image-size takes HxW, e.g. 48x64, got {text!r}") from exc
+    if h % 16 or w % 16 or h <= 0 or w <= 0:
+        raise CliError(f"--image-size {text}: both sides must be positive multiples of 16")
+    return (h, w)
+
+
+def _bench_spec(
+    args: argparse.Namespace, methods: tuple[str, ...], sweep: tuple[float, ...]
+) -> Any:
+    from fedepth.bench import BenchSpec, check_weights, sim_config
+    from fedepth.models import list_models
+
+    if args.backbone not in list_models():
+        raise CliError(
+            f"unknown backbone {args.backbone!r}; choose from {', '.join(list_models())}"
+        )
+    cfg = sim_config(
+        args.scenario,
+        args.profile,
+        model=args.backbone,
+        seed=args.seed,
+        rounds=args.rounds,
+        local_steps=args.local_steps,
+        image_size=_size(args.image_size),
+        pretrain_steps=args.pretrain_steps,
+    )
+    weights = Path(args.weights) if args.weights else None
+    if weights is not None:
+        if not weights.is_file():
+            raise CliError(f"--weights {weights}: no such file")
+        try:
+            check_weights(cfg, weights)
+        except Exception as exc:
+            raise CliError(f"--weights {weights} does not fit {args.backbone}: {exc}") from exc
+    data = Path(args.data) if args.data else None
+    if data is not None and not (data / "manifest.json").is_file():
+        raise CliError(f"--data {data}: no manifest.json (make one with `fedepth data synth`)")
+    return BenchSpec(
+        scenario=args.scenario,
+        profile=args.profile,
+        methods=methods,
+        out=Path(args.out),
+        sim=cfg,
+        data_dir=data,
+        cache_dir=Path(args.cache),
+        weights=weights,
+        sweep=sweep,
+        executor=args.executor,
+        progress=not args.quiet,
+    )
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from fedepth.bench import format_table, run_benchmark
+
+    spec = _bench_spec(args, _methods(args.methods), _sweep(args.sweep))
+    results = run_benchmark(spec, echo=lambda line: print(line, file=sys.stderr))
+    print(format_table(results))
+    print(f"wrote {spec.out / 'results.json'}, {spec.out / 'report.md'} and figures")
+    return 0
+
+
+def cmd_pretrain(args: argparse.Namespace) -> int:
+    from fedepth.bench import sim_config
+    from fedepth.data.scenario import load_scenario
+    from fedepth.models import save_weights
+    from fedepth.sim import pretrain
+
+    if not args.data:
+        raise CliError("--data DIR is required: the scenario whose pretraining split to use")
+    root = Path(args.data)
+    if not (root / "manifest.json").is_file():
+        raise CliError(f"--data {root}: no manifest.json (make one with `fedepth data synth`)")
+    cfg = sim_config(
+        args.scenario,
+        args.profile,
+        model=args.backbone,
+        seed=args.seed,
+        image_size=_size(args.image_size),
+        pretrain_steps=args.steps,
+    )
+    scenario = load_scenario(root)
+    try:
+        model = pretrain(scenario, cfg, progress=not args.quiet)
+    finally:
+        scenario.close()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_weights(model, out)
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from fedepth.bench import BenchSpec, format_table, run_benchmark, sim_config
+
+    cfg = sim_config(
+        "hpe",
+        "small",
+        seed=args.seed,
+        rounds=8,
+        local_steps=4,
+        last_rounds=3,
+        model="newcrfs-lite",
+    )
+    out = Path(args.out or "runs/demo")
+    spec = BenchSpec(
+        scenario="hpe",
+        profile="small",
+        methods=("fedavg", "pacfl", "fedepth"),
+        out=out,
+        sim=cfg,
+        cache_dir=Path(args.cache),
+    )
+    print(
+        "fedepth demo: FedAvg vs PACFL vs FeDepth on the synthetic HPE scenario "
+        "(41 robots, 11 unseen test sequences; data and pretraining are cached)",
+        file=sys.stderr,
+    )
+    results = run_benchmark(spec, echo=lambda line: print(line, file=sys.stderr))
+    print(format_table(results))
+    print(f"report: {out / 'report.md'}")
     return 0
 
 
@@ -244,9 +402,76 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--columns", type=int, default=4, help="sequences per row")
     q.set_defaults(func=cmd_data_preview)
 
-    p = sub.add_parser("demo", help="the embedded default job")
+    def bench_args(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--scenario", required=True, choices=("hpe", "bmr"))
+        q.add_argument(
+            "--profile",
+            default="small",
+            choices=("smoke", "small", "paper"),
+            help="data and run size (default: small)",
+        )
+        q.add_argument(
+            "--backbone",
+            default="newcrfs-lite",
+            help="model name (default: newcrfs-lite; see docs/models.md)",
+        )
+        q.add_argument("--seed", type=int, default=0)
+        q.add_argument(
+            "--data",
+            metavar="DIR",
+            help="scenario directory (default: generated once into the cache)",
+        )
+        q.add_argument(
+            "--cache",
+            default=".cache/fedepth",
+            metavar="DIR",
+            help="where generated data and pretrained weights are kept",
+        )
+        q.add_argument("--image-size", metavar="HxW", help="training/eval resolution")
+        q.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    p = sub.add_parser(
+        "bench",
+        help="run FL methods on a scenario: results.json, report.md and figures",
+        description="Generate (or reuse) the scenario, pretrain the initial model (or use "
+        "--weights), then run each method and write DIR/results.json, DIR/report.md with the "
+        "paper's tables, and PNG figures.",
+    )
+    bench_args(p)
+    p.add_argument(
+        "--methods",
+        default="fedavg,pacfl,fedepth",
+        help="comma-separated method names or 'all' (default: fedavg,pacfl,fedepth)",
+    )
+    p.add_argument("--sweep", help="FeDepth overlap ratios to sweep, e.g. 0,0.2,1 or 'paper'")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--weights", help="initial weights (safetensors) instead of pretraining")
+    p.add_argument("--rounds", type=int, help="communication rounds")
+    p.add_argument("--local-steps", type=int, help="local steps per round")
+    p.add_argument("--pretrain-steps", type=int, help="steps of the cached pretraining")
+    p.add_argument(
+        "--executor",
+        default="sequential",
+        choices=("sequential", "ray"),
+        help="where client training runs (ray: local or existing Ray cluster)",
+    )
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser(
+        "pretrain",
+        help="train the initial checkpoint on a scenario's pretraining split",
+        description="Train the chosen backbone on the pretraining split (sequences no client "
+        "holds) and save it as safetensors; the benchmark starts every method from it.",
+    )
+    bench_args(p)
+    p.add_argument("--steps", type=int, help="training steps (default: the profile's)")
+    p.add_argument("--out", required=True, metavar="weights.safetensors")
+    p.set_defaults(func=cmd_pretrain)
+
+    p = sub.add_parser("demo", help="the embedded default job: FedAvg vs PACFL vs FeDepth")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="output directory (default: runs/demo)")
+    p.add_argument("--cache", default=".cache/fedepth", metavar="DIR")
     p.set_defaults(func=cmd_demo)
     return parser
 

@@ -73,7 +73,8 @@ class SimConfig:
     pretrain_steps: int = 300
     pretrain_batch: int = 8
     seed: int = 0
-    threads: int = 0
+    #: torch threads per client job; the same number in every executor gives identical results
+    threads: int = 1
     method_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def train_config(self, seed: int) -> TrainConfig:
@@ -149,7 +150,12 @@ class SequentialExecutor:
     def map(self, config: SimConfig, jobs: Sequence[ClientJob]) -> list[JobResult]:
         if self._model is None:
             self._model = config.build_model()
-        return [run_job(config, job, self._model) for job in jobs]
+        before = torch.get_num_threads()
+        torch.set_num_threads(config.threads)
+        try:
+            return [run_job(config, job, self._model) for job in jobs]
+        finally:
+            torch.set_num_threads(before)
 
     def close(self) -> None:
         self._model = None
@@ -191,7 +197,7 @@ class RayExecutor:
 
 
 def _ray_job(config: SimConfig, job: ClientJob) -> JobResult:
-    torch.set_num_threads(max(1, config.threads or 1))
+    torch.set_num_threads(config.threads)
     return run_job(config, job)
 
 
@@ -247,7 +253,9 @@ class _Concat:
         return self.parts[k][int(i - self.offsets[k])]
 
 
-def prepare_fleet(scenario: Scenario, encoder_model: DepthModel, config: SimConfig) -> Fleet:
+def prepare_fleet(
+    scenario: Scenario, encoder_model: DepthModel, config: SimConfig, *, progress: bool = True
+) -> Fleet:
     """Descriptors (and PACFL subspace bases) of every client and test sequence.
 
     Training clients describe n frames sampled over their data; an unseen test sequence is
@@ -266,7 +274,9 @@ def prepare_fleet(scenario: Scenario, encoder_model: DepthModel, config: SimConf
         encoder_model.forward_features, num_frames=config.descriptor_frames, seed=config.seed
     )
     infos = []
-    for c in tqdm(scenario.clients, desc="descriptors", unit="client", leave=False):
+    for c in tqdm(
+        scenario.clients, desc="descriptors", unit="client", leave=False, disable=not progress
+    ):
         frames = _client_rgb(c)
         desc = extractor.extract(frames, to_tensor=to_tensor)
         feats = extractor.per_frame(frames, to_tensor=to_tensor)
@@ -362,6 +372,7 @@ class MethodRun:
     setup_seconds: float
     samples: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]
     params: dict[str, Any]
+    strategy: Strategy
 
     def summary(self) -> dict[str, Any]:
         train = sum(r.train_seconds for r in self.rounds)
@@ -518,6 +529,7 @@ class Simulation:
             setup + self.fleet.descriptor_seconds,
             samples,
             params,
+            strategy,
         )
 
     def evaluate(

@@ -1,0 +1,211 @@
+"""Tests of the in-process federation and the benchmark on the smoke scenarios."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedepth.bench import BenchSpec, run_benchmark, sim_config
+from fedepth.cli import main
+from fedepth.data.scenario import Scenario, load_scenario
+from fedepth.models import get_state
+from fedepth.sim import (
+    Fleet,
+    SequentialExecutor,
+    SimConfig,
+    Simulation,
+    initial_model,
+    prepare_fleet,
+    state_nbytes,
+)
+
+CFG = sim_config(
+    "hpe",
+    "smoke",
+    model="regression-lite",
+    rounds=2,
+    local_steps=1,
+    last_rounds=1,
+    eval_frames=1,
+    descriptor_frames=4,
+)
+
+
+@pytest.fixture(scope="module")
+def scenario(smoke_hpe: Path) -> Iterator[Scenario]:
+    sc = load_scenario(smoke_hpe)
+    yield sc
+    sc.close()
+
+
+@pytest.fixture(scope="module")
+def fleet(scenario: Scenario) -> Fleet:
+    return prepare_fleet(scenario, initial_model(CFG), CFG, progress=False)
+
+
+def _sim(fleet: Fleet, config: SimConfig = CFG) -> Simulation:
+    return Simulation(fleet, get_state(initial_model(config)), config, SequentialExecutor())
+
+
+def _states_equal(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_runs_are_deterministic_per_seed(scenario: Scenario, fleet: Fleet) -> None:
+    r1 = _sim(fleet).run("fedavg", progress=False)
+    r2 = _sim(fleet).run("fedavg", progress=False)
+    assert r1.final == r2.final
+    assert _states_equal(
+        r1.strategy.model_for(scenario.clients[0].name),
+        r2.strategy.model_for(scenario.clients[0].name),
+    )
+    other = _sim(fleet, replace(CFG, seed=1)).run("fedavg", progress=False)
+    assert not _states_equal(
+        other.strategy.model_for(scenario.clients[0].name),
+        r1.strategy.model_for(scenario.clients[0].name),
+    )
+
+
+def test_fedepth_with_one_cluster_equals_fedavg_end_to_end(
+    scenario: Scenario, fleet: Fleet
+) -> None:
+    cfg = replace(CFG, method_params={"fedepth": {"tau": float("inf")}})
+    sim = _sim(fleet, cfg)
+    soft, avg = sim.run("fedepth", progress=False), sim.run("fedavg", progress=False)
+    assert soft.strategy.M_star.shape[0] == 1
+    cid = scenario.clients[0].name
+    assert _states_equal(soft.strategy.model_for(cid), avg.strategy.model_for(cid))
+    assert soft.final == avg.final
+
+
+def test_round_records_bytes_and_routes(scenario: Scenario, fleet: Fleet) -> None:
+    sim = _sim(fleet)
+    run = sim.run("scaffold", progress=False)
+    model_bytes = state_nbytes(sim.initial)
+    first, second = run.rounds
+    assert set(first.download_bytes.values()) == {model_bytes}  # c = 0: model only
+    assert all(b > model_bytes for b in second.download_bytes.values())  # + control variate
+    assert all(b > model_bytes for b in first.upload_bytes.values())  # + delta c
+    assert second.test is not None and set(second.routes or {}) == {s.name for s in scenario.test}
+    assert 0 < run.final["abs_rel"] < 100 and 0 <= run.final["d1"] <= 1
+    summary = run.summary()
+    assert summary["timing"]["train_seconds"] > 0
+    assert 0 <= summary["timing"]["overhead_fraction"] < 1
+
+
+def test_centralized_trains_one_pooled_participant(scenario: Scenario, fleet: Fleet) -> None:
+    run = _sim(fleet).run("cl", progress=False)
+    assert list(run.rounds[0].upload_bytes) == ["pooled"]
+
+
+@pytest.mark.slow
+def test_ray_executor_matches_sequential(scenario: Scenario, fleet: Fleet) -> None:
+    from fedepth.sim import RayExecutor
+
+    model = initial_model(CFG)
+    seq = Simulation(fleet, get_state(model), CFG, SequentialExecutor()).run(
+        "fedprox", progress=False
+    )
+    ray_exec = RayExecutor(num_cpus=2)
+    try:
+        par = Simulation(fleet, get_state(model), CFG, ray_exec).run("fedprox", progress=False)
+    finally:
+        ray_exec.close()
+    cid = scenario.clients[0].name
+    for k, v in seq.strategy.model_for(cid).items():
+        np.testing.assert_array_equal(par.strategy.model_for(cid)[k], v)
+
+
+def test_benchmark_writes_results_report_and_figures(smoke_hpe: Path, tmp_path: Path) -> None:
+    spec = BenchSpec(
+        scenario="hpe",
+        profile="smoke",
+        methods=("fedavg", "hard", "fedepth"),
+        out=tmp_path / "out",
+        sim=CFG,
+        data_dir=smoke_hpe,
+        cache_dir=tmp_path / "cache",
+        sweep=(0.2, 1.0),
+        progress=False,
+    )
+    run_benchmark(spec, echo=lambda _: None)
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    for m in ("fedavg", "hard", "fedepth"):
+        assert set(results["methods"][m]) >= {
+            "abs_rel",
+            "sq_rel",
+            "rmse",
+            "rmse_log",
+            "d1",
+            "d2",
+            "d3",
+        }
+    assert set(results["overlap_sweep"]) == {"0.2", "1"}
+    assert len(results["overlap_sweep"]["1"]["clusters"]) == 1
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Table 1" in report and "## Table 3a" in report and "## Table 3b" in report
+    for png in ("curves.png", "clusters.png", "predictions.png"):
+        assert (tmp_path / "out" / png).stat().st_size > 1000
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["sim"]["rounds"] == 2
+    assert list((tmp_path / "cache" / "pretrain").glob("*.safetensors"))
+
+
+def test_bench_cli_on_bmr(
+    smoke_bmr: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bmr"
+    code = main(
+        [
+            "bench",
+            "--scenario",
+            "bmr",
+            "--profile",
+            "smoke",
+            "--data",
+            str(smoke_bmr),
+            "--methods",
+            "fedavg,pacfl",
+            "--backbone",
+            "regression-lite",
+            "--rounds",
+            "2",
+            "--local-steps",
+            "1",
+            "--out",
+            str(out),
+            "--cache",
+            str(tmp_path / "c"),
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "fedavg" in printed and "pacfl" in printed
+    results = json.loads((out / "results.json").read_text())
+    groups = results["methods"]["pacfl"]["groups"]
+    assert any(g.startswith("environment:") for g in groups)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--methods", "fedavg,nope"], "unknown method(s) nope"),
+        (["--backbone", "resnet9000"], "unknown backbone"),
+        (["--sweep", "0.2,2"], "--sweep ratios must lie in [0, 1]"),
+        (["--image-size", "50x64"], "multiples of 16"),
+        (["--weights", "/nonexistent.safetensors"], "no such file"),
+    ],
+)
+def test_bench_cli_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    code = main(
+        ["bench", "--scenario", "hpe", "--profile", "smoke", "--out", str(tmp_path), *args]
+    )
+    assert code == 2
+    assert message in capsys.readouterr().err
