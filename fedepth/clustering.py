@@ -419,6 +419,16 @@ def labels_to_map(labels: Sequence[int] | npt.ArrayLike) -> BoolArray:
     return m
 
 
+def _average_linkage(A: npt.ArrayLike) -> np.ndarray | None:
+    """Average-linkage dendrogram of a (symmetrized) distance matrix; None for one client."""
+    a = _check_square(A).astype(np.float64)
+    if a.shape[0] == 1:
+        return None
+    sym = 0.5 * (a + a.T)
+    np.fill_diagonal(sym, 0.0)
+    return np.asarray(linkage(squareform(sym, checks=False), method="average"))
+
+
 def hard_clusters(A: npt.ArrayLike, tau: float) -> BoolArray:
     """Agglomerative (average-linkage) clustering of a distance matrix cut at ``tau``.
 
@@ -426,29 +436,21 @@ def hard_clusters(A: npt.ArrayLike, tau: float) -> BoolArray:
     one-hot K x N map (every client in exactly one cluster). Used by the ``hard`` baseline
     (Table 3a) on the Jeffreys matrix and by PACFL on principal angles.
     """
-    a = _check_square(A).astype(np.float64)
     if tau < 0:
         raise ValueError(f"tau must be >= 0, got {tau}")
-    n = a.shape[0]
-    if n == 1:
+    z = _average_linkage(A)
+    if z is None:
         return np.ones((1, 1), dtype=bool)
-    sym = 0.5 * (a + a.T)
-    np.fill_diagonal(sym, 0.0)
-    z = linkage(squareform(sym, checks=False), method="average")
     return labels_to_map(fcluster(z, t=tau, criterion="distance"))
 
 
 def hard_clusters_k(A: npt.ArrayLike, k: int) -> BoolArray:
     """Agglomerative (average-linkage) clustering of a distance matrix into at most k clusters."""
-    a = _check_square(A).astype(np.float64)
     if k < 1:
         raise ValueError(f"the number of clusters must be >= 1, got {k}")
-    n = a.shape[0]
-    if n == 1:
+    z = _average_linkage(A)
+    if z is None:
         return np.ones((1, 1), dtype=bool)
-    sym = 0.5 * (a + a.T)
-    np.fill_diagonal(sym, 0.0)
-    z = linkage(squareform(sym, checks=False), method="average")
     return labels_to_map(fcluster(z, t=k, criterion="maxclust"))
 
 
@@ -457,15 +459,11 @@ def largest_gap_threshold(A: npt.ArrayLike) -> float:
     merge heights of the average-linkage dendrogram of A (a standard way to pick the number of
     clusters without a fixed threshold). One cluster when there are fewer than three clients.
     """
-    a = _check_square(A).astype(np.float64)
-    n = a.shape[0]
-    if n < 3:
-        return float(a.max()) if a.size else 0.0
-    sym = 0.5 * (a + a.T)
-    np.fill_diagonal(sym, 0.0)
-    heights = np.sort(linkage(squareform(sym, checks=False), method="average")[:, 2])
-    gaps = np.diff(heights)
-    k = int(np.argmax(gaps))
+    z = _average_linkage(A)
+    if z is None or z.shape[0] < 2:
+        return float(np.asarray(A).max())
+    heights = np.sort(z[:, 2])
+    k = int(np.argmax(np.diff(heights)))
     return float(0.5 * (heights[k] + heights[k + 1]))
 
 
