@@ -19,7 +19,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -61,7 +61,7 @@ class SimConfig:
     rounds: int = 10
     local_steps: int = 5
     batch_size: int = 4
-    lr: float = 2e-4
+    lr: float = 5e-4
     weight_decay: float = 1e-2
     min_depth: float = 1e-3
     max_depth: float = 80.0
@@ -72,6 +72,7 @@ class SimConfig:
     eval_every: int = 0
     pretrain_steps: int = 300
     pretrain_batch: int = 8
+    pretrain_lr: float = 1e-3
     seed: int = 0
     #: torch threads per client job; the same number in every executor gives identical results
     threads: int = 1
@@ -103,6 +104,7 @@ class ClientJob:
     task: TrainTask
     memory: dict[str, State]
     seed: int
+    num_steps: int | None = None  # None: the configured local steps
 
 
 @dataclass
@@ -116,7 +118,10 @@ def run_job(config: SimConfig, job: ClientJob, model: DepthModel | None = None) 
     """Train one client for one round (the client side of a round, minus the network)."""
     model = model or config.build_model()
     dataset = FrameDataset(job.sequences, config.image_size, flip=True, seed=job.seed)
-    trainer = LocalTrainer(model, config=config.train_config(job.seed))
+    train_config = config.train_config(job.seed)
+    if job.num_steps is not None:
+        train_config = replace(train_config, num_steps=job.num_steps)
+    trainer = LocalTrainer(model, config=train_config)
     hook = make_client_hook(job.task, job.memory)
     result = trainer.fit(dataset, state=job.task.state, hooks=() if hook is None else (hook,))
     memory = dict(job.memory)
@@ -457,8 +462,13 @@ class Simulation:
             tasks = strategy.configure_train(rnd, [cid for cid, _ in participants])
             _serialize([t.state for t in tasks.values()])
             overhead = time.perf_counter() - t_cfg
+            # CL takes as many steps per round as the whole federation, so the upper bound sees
+            # the same number of gradient steps (and samples) as every federated method.
+            steps = cfg.local_steps * len(clients) if pooled else None
             jobs = [
-                ClientJob(cid, seqs, tasks[cid], memory[cid], client_seed(cfg.seed, rnd, cid))
+                ClientJob(
+                    cid, seqs, tasks[cid], memory[cid], client_seed(cfg.seed, rnd, cid), steps
+                )
                 for cid, seqs in participants
             ]
             t_train = time.perf_counter()
@@ -585,7 +595,7 @@ def pretrain(scenario: Scenario, config: SimConfig, *, progress: bool = True) ->
             config=TrainConfig(
                 num_steps=steps,
                 batch_size=config.pretrain_batch,
-                optimizer=OptimizerConfig(lr=config.lr * 2, weight_decay=config.weight_decay),
+                optimizer=OptimizerConfig(lr=config.pretrain_lr, weight_decay=config.weight_decay),
                 seed=config.seed + done,
             ),
         )

@@ -1,8 +1,9 @@
 """Centralized learning (CL), the upper bound: one model trained on the pooled data of all clients.
 
 Not a federated algorithm: the simulation sees ``pooled = True`` and trains a single model on
-the union of the clients' data (the same number of local steps per round as one client), then
-serves that model everywhere. As a strategy it is FedAvg over that one pooled participant.
+the union of the clients' data, taking per round as many steps as all clients together (the
+same compute and samples as the federation), then serves that model everywhere. As a
+strategy it is FedAvg over that one pooled participant.
 """
 
 from __future__ import annotations
