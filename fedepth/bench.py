@@ -93,10 +93,10 @@ PROFILE_SIM: dict[str, dict[str, Any]] = {
     },
     "small": {
         "image_size": (48, 64),
-        "rounds": 10,
-        "local_steps": 5,
+        "rounds": 8,
+        "local_steps": 3,
         "last_rounds": 5,
-        "pretrain_steps": 400,
+        "pretrain_steps": 600,
         "eval_frames": 8,
         "descriptor_frames": 32,
     },
@@ -150,7 +150,7 @@ def ensure_weights(spec: BenchSpec, scenario: Scenario) -> Path:
     c = spec.sim
     name = (
         f"{spec.scenario}-{spec.profile}-{c.model}-{c.image_size[0]}x{c.image_size[1]}"
-        f"-{c.pretrain_steps}steps-s{c.seed}.safetensors"
+        f"-{c.pretrain_steps}steps-lr{c.pretrain_lr:g}-s{c.seed}.safetensors"
     )
     path = spec.cache_dir / "pretrain" / name
     if not path.is_file():
