@@ -28,6 +28,7 @@ from typing import Any
 
 import rclpy
 from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.duration import Duration
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.logging import get_logger
 from rclpy.node import Node
@@ -54,6 +55,8 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "qos_depth": (10, "history depth of the (reliable, volatile) publishers"),
     "wait_for_subscribers": (0, "wait until every publisher has this many subscribers"),
     "wait_timeout": (10.0, "give up waiting for subscribers after this many seconds"),
+    "start_delay": (0.0, "seconds to wait before the first message (after the subscriber wait)"),
+    "ack_timeout": (5.0, "at the end, wait this long for subscribers to acknowledge everything"),
 }
 
 
@@ -116,10 +119,15 @@ class BagPlayer(Node):
         self.start_offset_ns = round(float(p["start_offset"]) * 1e9)
         self.wait_for_subscribers = int(p["wait_for_subscribers"])
         self.wait_timeout = float(p["wait_timeout"])
+        self.start_delay = float(p["start_delay"])
+        self.ack_timeout = float(p["ack_timeout"])
         if not self.rate > 0:
             raise BagError(f"bag {self.bag}: rate must be > 0, got {self.rate}")
         if self.start_offset_ns < 0:
             raise BagError(f"bag {self.bag}: start_offset must be >= 0, got {p['start_offset']}")
+        for name in ("wait_timeout", "start_delay", "ack_timeout"):
+            if float(p[name]) < 0:
+                raise BagError(f"bag {self.bag}: {name} must be >= 0, got {p[name]}")
         if int(p["qos_depth"]) < 1:
             raise BagError(f"bag {self.bag}: qos_depth must be >= 1, got {p['qos_depth']}")
         requested = [t.strip() for t in str(p["topics"]).split(",") if t.strip()]
@@ -191,6 +199,15 @@ class BagPlayer(Node):
             stop.wait(0.02)
         return False
 
+    def wait_for_acks(self) -> bool:
+        """Wait up to ``ack_timeout`` until subscribers acknowledged every message sent."""
+        deadline = time.monotonic() + self.ack_timeout
+        acked = True
+        for pub in self.publishers_by_topic.values():
+            left = max(0.0, deadline - time.monotonic())
+            acked = pub.wait_for_all_acked(Duration(nanoseconds=round(left * 1e9))) and acked
+        return acked
+
     def play(self, stop: threading.Event) -> PlayStats:
         """Publish the bag (again and again when looping) until done or ``stop`` is set."""
         stats = PlayStats()
@@ -256,6 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--wait-for-subscribers", type=int, metavar="N", help="wait for N subscribers per topic"
     )
     parser.add_argument("--wait-timeout", type=float, metavar="S", help="max wait in seconds")
+    parser.add_argument("--start-delay", type=float, metavar="S", help="delay before playing")
+    parser.add_argument(
+        "--ack-timeout", type=float, metavar="S", help="max wait for acknowledgments at the end"
+    )
     return parser
 
 
@@ -272,6 +293,8 @@ def cli_overrides(ns: argparse.Namespace) -> list[Parameter[Any]]:
         "qos_depth": ns.qos_depth,
         "wait_for_subscribers": ns.wait_for_subscribers,
         "wait_timeout": ns.wait_timeout,
+        "start_delay": ns.start_delay,
+        "ack_timeout": ns.ack_timeout,
     }
     return [Parameter(k, value=v) for k, v in mapping.items() if v is not None]
 
@@ -308,7 +331,11 @@ def main(args: list[str] | None = None) -> int:
                 f"not every topic has {node.wait_for_subscribers} subscriber(s) after "
                 f"{node.wait_timeout:g} s; playing anyway"
             )
+        if node.start_delay > 0:
+            stop.wait(node.start_delay)
         stats = node.play(stop)
+        if not stats.interrupted and not node.wait_for_acks():
+            logger.warning(f"not every message was acknowledged within {node.ack_timeout:g} s")
         if not node.context.ok():  # shut down by a signal: rosout is gone, log to the console
             logger = get_logger(f"{NODE_NAME}.exit")
         wall = (stats.last_wall_ns - stats.first_wall_ns) / 1e9
