@@ -112,6 +112,7 @@ def main() -> None:
     parser.add_argument("--storage", choices=["mcap", "sqlite3"], default="mcap")
     parser.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
     args = parser.parse_args()
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"  # loopback only, here and below
     width, height = (int(v) for v in args.size.split("x"))
     with tempfile.TemporaryDirectory() as tmp:
         bag = Path(tmp) / "bench"
