@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from fedepth_ros.conversions import (
     DEPTH_ENCODINGS,
+    ConversionError,
     camera_info_fields,
     depth_image_fields,
     image_fields,
@@ -140,21 +141,24 @@ def write_rgbd_bag(
                 raise BagWriteError(
                     f"frame {i}: stamp {stamp} ns does not increase (previous {last} ns)"
                 )
+            height, width = rgb.shape[:2]
             try:
                 sec, nanosec = split_ns(stamp)
-            except ValueError as exc:
+                info_fields = camera_info_fields(K, width, height)
+                rgb_fields = image_fields(rgb, "rgb8")
+                depth_fields = depth_image_fields(depth, depth_encoding)
+            except ConversionError as exc:
                 raise BagWriteError(f"frame {i}: {exc}") from None
             header = Header(stamp=Time(sec=sec, nanosec=nanosec), frame_id=frame_id)
-            height, width = rgb.shape[:2]
             info = CameraInfo(
                 header=header,
                 binning_x=0,
                 binning_y=0,
                 roi=Roi(x_offset=0, y_offset=0, height=0, width=0, do_rectify=False),
-                **camera_info_fields(K, width, height),
+                **info_fields,
             )
-            rgb_msg = image_msg(image_fields(rgb, "rgb8"), header)
-            depth_msg = image_msg(depth_image_fields(depth, depth_encoding), header)
+            rgb_msg = image_msg(rgb_fields, header)
+            depth_msg = image_msg(depth_fields, header)
             writer.write(conn_info, stamp, typestore.serialize_cdr(info, CAMERA_INFO))
             writer.write(conn_image, stamp, typestore.serialize_cdr(rgb_msg, IMAGE))
             writer.write(conn_depth, stamp, typestore.serialize_cdr(depth_msg, IMAGE))

@@ -138,6 +138,14 @@ def _frame(stamp: int, *, rgb_shape: tuple[int, ...] = (4, 4, 3)) -> RGBDFrame:
         ([_frame(5), _frame(5)], "frame 1: stamp 5 ns does not increase"),
         ([_frame(5), _frame(6, rgb_shape=(4, 4))], r"frame 1: rgb must be \(H, W, 3\) uint8"),
         ([], "no frames"),
+        (
+            [
+                RGBDFrame(
+                    np.zeros((4, 4, 3), np.uint8), np.ones((4, 4), np.float32), np.eye(3) * 0, 1
+                )
+            ],
+            "frame 0: K has non-positive focal lengths",
+        ),
     ],
 )
 def test_writer_rejects_bad_frames_and_cleans_up(
