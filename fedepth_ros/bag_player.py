@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import rclpy
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.duration import Duration
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.logging import get_logger
@@ -40,24 +39,11 @@ from rosbags.interfaces import Connection
 from rosbags.rosbag2 import Reader
 
 from fedepth_ros.bags import BagError, detect_storage, iter_messages, open_bag, select_connections
+from fedepth_ros.params import BAG_PLAYER, declare_parameters
 
 NODE_NAME = "bag_player"
 
-# name -> (default, description); config/bag_player.yaml holds the same defaults.
-PARAMETERS: dict[str, tuple[Any, str]] = {
-    "bag": ("", "rosbag2 directory, or a single .mcap / .db3 file"),
-    "rate": (1.0, "playback rate factor (2.0 = twice as fast as recorded)"),
-    "loop": (False, "restart from the start offset when the bag ends"),
-    "start_offset": (0.0, "seconds into the bag to start from"),
-    "topics": ("", "comma-separated bag topics to play; empty plays every topic"),
-    "topic_prefix": ("", "namespace put in front of every published topic"),
-    "absolute_topics": (False, "publish the recorded absolute names instead of relative ones"),
-    "qos_depth": (10, "history depth of the (reliable, volatile) publishers"),
-    "wait_for_subscribers": (0, "wait until every publisher has this many subscribers"),
-    "wait_timeout": (10.0, "give up waiting for subscribers after this many seconds"),
-    "start_delay": (0.0, "seconds to wait before the first message (after the subscriber wait)"),
-    "ack_timeout": (5.0, "at the end, wait this long for subscribers to acknowledge everything"),
-}
+PARAMETERS = BAG_PLAYER  # defaults as in config/bag_player.yaml
 
 
 @dataclass
@@ -103,14 +89,13 @@ class BagPlayer(Node):
 
     def __init__(self, *, parameter_overrides: list[Parameter[Any]] | None = None) -> None:
         super().__init__(NODE_NAME, parameter_overrides=parameter_overrides)
-        for name, (default, description) in PARAMETERS.items():
-            self.declare_parameter(name, default, ParameterDescriptor(description=description))
+        self.parameter_values = declare_parameters(self, PARAMETERS)
         self._bag_cm: AbstractContextManager[Reader] | None = None
         self.publishers_by_topic: dict[str, Publisher[Any]] = {}
 
     def open(self) -> None:
         """Check the parameters, open the bag and create the publishers; raises BagError."""
-        p = {name: self.get_parameter(name).value for name in PARAMETERS}
+        p = self.parameter_values
         if not str(p["bag"]):
             raise BagError("no bag given: pass BAG or set the parameter 'bag'")
         self.bag = Path(str(p["bag"]))

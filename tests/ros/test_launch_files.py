@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from fedepth_ros.params import NODE_CONFIG, NODE_PARAMETERS
+
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))
 
@@ -185,13 +187,6 @@ def _yaml_parameters(file: str, node: str) -> dict[str, Any]:
     return params
 
 
-NODE_CONFIG = {
-    "robot_node": "robot.yaml",
-    "depth_node": "depth.yaml",
-    "bag_player": "bag_player.yaml",
-}
-
-
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_parameter_overrides_exist_in_the_yaml_defaults(name: str) -> None:
     model = MODELS[name]
@@ -215,11 +210,16 @@ def test_every_config_file_is_used_or_planned() -> None:
     assert present <= referenced | set(PLANNED_CONFIG), present - referenced
 
 
-def test_bag_player_yaml_matches_its_declared_parameters() -> None:
-    from fedepth_ros.bag_player import PARAMETERS
-
-    params = _yaml_parameters("bag_player.yaml", "bag_player")
-    assert params == {k: default for k, (default, _) in PARAMETERS.items()}
+@pytest.mark.parametrize("node", sorted(NODE_PARAMETERS))
+def test_yaml_defaults_match_the_declared_parameters(node: str) -> None:
+    params = _yaml_parameters(NODE_CONFIG[node], node)
+    spec = NODE_PARAMETERS[node]
+    assert set(params) == set(spec), f"{NODE_CONFIG[node]} vs fedepth_ros.params"
+    for name, (default, description) in spec.items():
+        assert description, f"{node}.{name} has no description"
+        # ROS refuses a YAML value whose type differs from the declared one (10 vs 10.0)
+        assert type(params[name]) is type(default), f"{node}.{name}: {params[name]!r}"
+        assert params[name] == default, f"{node}.{name}: {params[name]!r} != {default!r}"
 
 
 def test_planned_executables_are_not_yet_installed() -> None:
