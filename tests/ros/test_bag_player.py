@@ -16,7 +16,7 @@ import pytest
 import rclpy
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import CameraInfo, Image
 
@@ -33,7 +33,9 @@ TIMEOUT = 30.0
 class Listener:
     """A subscriber node in this process, spinning in a thread, recording what arrives."""
 
-    def __init__(self, domain_id: int, topics: dict[str, type]) -> None:
+    def __init__(
+        self, domain_id: int, topics: dict[str, type], sensor_qos: frozenset[str] = frozenset()
+    ) -> None:
         self.context = Context()
         rclpy.init(
             args=[],
@@ -46,7 +48,8 @@ class Listener:
         self.cond = threading.Condition()
         qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
         for topic, cls in topics.items():
-            self.node.create_subscription(cls, topic, self._callback(topic), qos)
+            profile = qos_profile_sensor_data if topic in sensor_qos else qos
+            self.node.create_subscription(cls, topic.split("#")[0], self._callback(topic), profile)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self.thread = threading.Thread(target=self.executor.spin, daemon=True)
@@ -77,8 +80,8 @@ class Listener:
 def listener_factory(ros_env: dict[str, str]) -> Iterator[Any]:
     made: list[Listener] = []
 
-    def make(topics: dict[str, type]) -> Listener:
-        made.append(Listener(int(ros_env["ROS_DOMAIN_ID"]), topics))
+    def make(topics: dict[str, type], sensor_qos: frozenset[str] = frozenset()) -> Listener:
+        made.append(Listener(int(ros_env["ROS_DOMAIN_ID"]), topics, sensor_qos))
         return made[-1]
 
     yield make
@@ -149,7 +152,9 @@ def test_player_topic_selection_offset_prefix_remap_and_loop(
     bags: dict[str, Path], ros_env: dict[str, str], listener_factory: Any
 ) -> None:
     topics = {"/t/cam/image": Image, "/t/info": CameraInfo, "/t/cam/depth": Image}
-    listener = listener_factory(topics)
+    # a second subscription with the sensor-data QoS (best effort) that robot nodes use
+    topics["/t/cam/image#sensor"] = Image
+    listener = listener_factory(topics, frozenset({"/t/cam/image#sensor"}))
     args = (
         "--topics /image,camera_info --start-offset 0.5 --prefix cam --rate 4 --loop"
         " --wait-for-subscribers 1 --ros-args -r __ns:=/t -r cam/camera_info:=info"
@@ -167,6 +172,7 @@ def test_player_topic_selection_offset_prefix_remap_and_loop(
     ]
     assert frames == list(range(10, 20)) + list(range(10, 15))  # offset 0.5 s = frame 10
     assert listener.received["/t/cam/depth"] == []  # not selected
+    assert len(listener.received["/t/cam/image#sensor"]) > 0
 
 
 def _run_failing(args: Sequence[str], env: dict[str, str]) -> str:
