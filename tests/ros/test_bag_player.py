@@ -152,12 +152,13 @@ def test_player_topic_selection_offset_prefix_remap_and_loop(
     bags: dict[str, Path], ros_env: dict[str, str], listener_factory: Any
 ) -> None:
     topics = {"/t/cam/image": Image, "/t/info": CameraInfo, "/t/cam/depth": Image}
-    # a second subscription with the sensor-data QoS (best effort) that robot nodes use
-    topics["/t/cam/image#sensor"] = Image
-    listener = listener_factory(topics, frozenset({"/t/cam/image#sensor"}))
+    # second subscriptions with the sensor-data QoS (best effort) that robot nodes use; the
+    # player waits for both subscriptions of each played topic
+    topics.update({"/t/cam/image#sensor": Image, "/t/info#sensor": CameraInfo})
+    listener = listener_factory(topics, frozenset({"/t/cam/image#sensor", "/t/info#sensor"}))
     args = (
         "--topics /image,camera_info --start-offset 0.5 --prefix cam --rate 4 --loop"
-        " --wait-for-subscribers 1 --ros-args -r __ns:=/t -r cam/camera_info:=info"
+        " --wait-for-subscribers 2 --ros-args -r __ns:=/t -r cam/camera_info:=info"
     )
     proc = start_player([str(bags["mcap"]), *args.split()], ros_env)
     looped = listener.wait_for({"/t/cam/image": 15, "/t/info": 15})
@@ -172,7 +173,7 @@ def test_player_topic_selection_offset_prefix_remap_and_loop(
     ]
     assert frames == list(range(10, 20)) + list(range(10, 15))  # offset 0.5 s = frame 10
     assert listener.received["/t/cam/depth"] == []  # not selected
-    assert len(listener.received["/t/cam/image#sensor"]) > 0
+    assert listener.received["/t/cam/image#sensor"] and listener.received["/t/info#sensor"]
 
 
 def _run_failing(args: Sequence[str], env: dict[str, str]) -> str:
