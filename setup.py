@@ -45,6 +45,7 @@ setup(
         "safetensors",
         "pyyaml",
         "tqdm",
+        "rosbags>=0.10",
     ],
     zip_safe=True,
     maintainer="fedepth developers",
@@ -53,6 +54,7 @@ setup(
     entry_points={
         "console_scripts": [
             "fedepth = fedepth.cli:main",
+            "bag_player = fedepth_ros.bag_player:main",
         ],
     },
 )

@@ -1,0 +1,98 @@
+"""The nodes' ROS parameters: names, defaults (as in config/*.yaml) and descriptions, ROS-free.
+
+Each node declares exactly its spec with :func:`declare_parameters`; a test checks that every
+``config/<node>.yaml`` holds the same names with the same values and types (ROS rejects a YAML
+``10`` for a parameter declared as a double, so types matter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+ParamSpec = Mapping[str, tuple[Any, str]]  # name -> (default, description)
+
+BAG_PLAYER: ParamSpec = {
+    "bag": ("", "rosbag2 directory, or a single .mcap / .db3 file"),
+    "rate": (1.0, "playback rate factor (2.0 = twice as fast as recorded)"),
+    "loop": (False, "restart from the start offset when the bag ends"),
+    "start_offset": (0.0, "seconds into the bag to start from"),
+    "topics": ("", "comma-separated bag topics to play; empty plays every topic"),
+    "topic_prefix": ("", "namespace put in front of every published topic"),
+    "absolute_topics": (False, "publish the recorded absolute names instead of relative ones"),
+    "qos_depth": (10, "history depth of the (reliable, volatile) publishers"),
+    "wait_for_subscribers": (0, "wait until every publisher has this many subscribers"),
+    "wait_timeout": (10.0, "give up waiting for subscribers after this many seconds"),
+    "start_delay": (0.0, "seconds to wait before the first message (after the subscriber wait)"),
+    "ack_timeout": (5.0, "at the end, wait this long for subscribers to acknowledge everything"),
+}
+
+# robot_node and depth_node are written in phase 2 of issue 7; their parameters are fixed here
+# and in config/robot.yaml, config/depth.yaml already (launch files set some of them).
+ROBOT_NODE: ParamSpec = {
+    "robot_id": ("robot1", "this robot's client id at the coordinator"),
+    "coordinator": ("localhost:50051", "host:port of the fedepth coordinator (gRPC)"),
+    "token_file": ("", "file holding this robot's credential token ('' = none)"),
+    "tls_ca_file": ("", "PEM CA certificate of a TLS coordinator ('' = plaintext)"),
+    "model": ("regression-lite", "fedepth.models registry name"),
+    "weights": ("", "initial safetensors weights ('' = the coordinator's model)"),
+    "min_depth": (0.001, "metres; depth targets outside (min_depth, max_depth) are ignored"),
+    "max_depth": (10.0, "metres"),
+    "buffer_size": (256, "frames kept in memory (drop-oldest)"),
+    "frame_stride": (3, "keep every n-th synchronized frame"),
+    "spill_dir": ("", "directory for frames evicted from memory ('' = no spill)"),
+    "spill_size": (0, "frames kept on disk when spilling"),
+    "descriptor_frames": (32, "frames sampled for the client descriptor"),
+    "local_steps": (50, "optimizer steps per federated round"),
+    "batch_size": (4, "frames per optimizer step"),
+    "learning_rate": (0.0001, "local optimizer learning rate"),
+    "device": ("auto", "auto | cpu | cuda | cuda:N"),
+    "sync_slop": (0.02, "seconds: largest image/depth stamp difference of a pair"),
+    "sync_queue_size": (10, "per-stream queue of the image/depth synchronizer"),
+    "status_period": (1.0, "seconds between status and diagnostics messages"),
+}
+
+DEPTH_NODE: ParamSpec = {
+    "model": ("regression-lite", "fedepth.models registry name"),
+    "weights": ("", "local safetensors weights; used alone when coordinator is ''"),
+    "coordinator": ("localhost:50051", "host:port of the coordinator ('' = local weights only)"),
+    "token_file": ("", "file holding the credential token ('' = none)"),
+    "tls_ca_file": ("", "PEM CA certificate of a TLS coordinator ('' = plaintext)"),
+    "min_depth": (0.001, "metres; predictions are clipped to [min_depth, max_depth]"),
+    "max_depth": (10.0, "metres"),
+    "descriptor_frames": (16, "first n frames whose descriptor is routed"),
+    "device": ("auto", "auto | cpu | cuda | cuda:N"),
+    "queue_size": (2, "frames waiting for inference (drop-oldest)"),
+    "reroute": (False, "re-route when the scene drifts (e.g. outdoors -> indoors)"),
+    "reroute_window": (32, "frames in the sliding descriptor window"),
+    "reroute_check_period": (8, "frames between drift checks"),
+    "reroute_enter": (1.0, "drifting: divergence to the routed clusters > enter * tau"),
+    "reroute_exit": (0.7, "hysteresis: back below exit * tau cancels a pending drift"),
+    "reroute_patience": (3, "consecutive drifting checks before asking for a new route"),
+    "reroute_cooldown": (10.0, "seconds after a re-route before the next one"),
+}
+
+NODE_PARAMETERS: Mapping[str, ParamSpec] = {
+    "bag_player": BAG_PLAYER,
+    "robot_node": ROBOT_NODE,
+    "depth_node": DEPTH_NODE,
+}
+NODE_CONFIG = {
+    "bag_player": "bag_player.yaml",
+    "robot_node": "robot.yaml",
+    "depth_node": "depth.yaml",
+}
+
+
+class _Declares(Protocol):
+    def declare_parameter(self, name: str, value: Any, descriptor: Any) -> Any: ...
+
+
+def declare_parameters(node: _Declares, spec: ParamSpec) -> dict[str, Any]:
+    """Declare every parameter of ``spec`` on an rclpy node; returns the resolved values."""
+    from rcl_interfaces.msg import ParameterDescriptor
+
+    return {
+        name: node.declare_parameter(name, default, ParameterDescriptor(description=text)).value
+        for name, (default, text) in spec.items()
+    }

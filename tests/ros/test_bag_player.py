@@ -1,0 +1,221 @@
+"""bag_player as a subprocess: a real rclpy subscriber receives the bag at the recorded rate."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import rclpy
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.signals import SignalHandlerOptions
+from sensor_msgs.msg import CameraInfo, Image
+
+from fedepth_ros import conversions as cv
+from fedepth_ros.bag_writer import synthetic_frames
+
+from .conftest import N_FRAMES, RATE_HZ, make_corrupt_bags, make_empty_bag
+
+pytestmark = pytest.mark.ros
+
+TIMEOUT = 30.0
+
+
+class Listener:
+    """A subscriber node in this process, spinning in a thread, recording what arrives."""
+
+    def __init__(
+        self, domain_id: int, topics: dict[str, type], sensor_qos: frozenset[str] = frozenset()
+    ) -> None:
+        self.context = Context()
+        rclpy.init(
+            args=[],
+            context=self.context,
+            domain_id=domain_id,
+            signal_handler_options=SignalHandlerOptions.NO,
+        )
+        self.node = rclpy.create_node("listener", context=self.context)
+        self.received: dict[str, list[tuple[float, Any]]] = {t: [] for t in topics}
+        self.cond = threading.Condition()
+        qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        for topic, cls in topics.items():
+            profile = qos_profile_sensor_data if topic in sensor_qos else qos
+            self.node.create_subscription(cls, topic.split("#")[0], self._callback(topic), profile)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.thread.start()
+
+    def _callback(self, topic: str) -> Any:
+        def on_message(msg: Any) -> None:
+            with self.cond:
+                self.received[topic].append((time.monotonic(), msg))
+                self.cond.notify_all()
+
+        return on_message
+
+    def wait_for(self, counts: dict[str, int], timeout: float = TIMEOUT) -> bool:
+        with self.cond:
+            return self.cond.wait_for(
+                lambda: all(len(self.received[t]) >= n for t, n in counts.items()), timeout
+            )
+
+    def close(self) -> None:
+        self.executor.shutdown(timeout_sec=2.0)
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.context)
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture
+def listener_factory(ros_env: dict[str, str]) -> Iterator[Any]:
+    made: list[Listener] = []
+
+    def make(topics: dict[str, type], sensor_qos: frozenset[str] = frozenset()) -> Listener:
+        made.append(Listener(int(ros_env["ROS_DOMAIN_ID"]), topics, sensor_qos))
+        return made[-1]
+
+    yield make
+    for listener in made:
+        listener.close()
+
+
+def start_player(args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fedepth_ros.bag_player", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = TIMEOUT) -> tuple[int, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"bag_player did not finish in {timeout} s:\n{out}{err}")
+    return proc.returncode, out + err
+
+
+@pytest.mark.parametrize(("storage", "rate"), [("mcap", 2.0), ("sqlite3", 1.0)])
+def test_player_publishes_the_bag_at_the_recorded_rate(
+    bags: dict[str, Path],
+    ros_env: dict[str, str],
+    listener_factory: Any,
+    storage: str,
+    rate: float,
+) -> None:
+    topics = {"/t/image": Image, "/t/depth": Image, "/t/camera_info": CameraInfo}
+    listener = listener_factory(topics)
+    args = f"--rate {rate} --wait-for-subscribers 1 --ros-args -r __ns:=/t"
+    proc = start_player([str(bags[storage]), *args.split()], ros_env)
+    got_all = listener.wait_for(dict.fromkeys(topics, N_FRAMES))
+    rc, log = finish(proc)
+    assert got_all and rc == 0, log
+    assert "published 60 messages" in log
+
+    frames = synthetic_frames(N_FRAMES, rate_hz=RATE_HZ)
+    expected = [f.stamp_ns for f in frames]
+    for topic, received in listener.received.items():
+        msgs = [m for _, m in received]
+        assert len(msgs) == N_FRAMES, topic
+        assert [cv.stamp_to_ns(m.header.stamp) for m in msgs] == expected, topic
+    images = [m for _, m in listener.received["/t/image"]]
+    assert {m.encoding for m in images} == {"rgb8"}
+    np.testing.assert_array_equal(cv.image_to_rgb(images[3]), frames[3].rgb)
+    depths = [m for _, m in listener.received["/t/depth"]]
+    assert {m.encoding for m in depths} == {"32FC1"}
+    np.testing.assert_array_equal(cv.depth_to_meters(depths[5]), frames[5].depth)
+    info = listener.received["/t/camera_info"][0][1]
+    np.testing.assert_array_equal(cv.k_from_camera_info(info), frames[0].K)
+
+    arrivals = [t for t, _ in listener.received["/t/image"]]
+    span = arrivals[-1] - arrivals[0]
+    want = (N_FRAMES - 1) / RATE_HZ / rate
+    print(f"{storage} rate {rate}: image span {span:.3f} s, recorded/rate {want:.3f} s")
+    assert span == pytest.approx(want, rel=0.2, abs=0.05)
+
+
+def test_player_topic_selection_offset_prefix_remap_and_loop(
+    bags: dict[str, Path], ros_env: dict[str, str], listener_factory: Any
+) -> None:
+    topics = {"/t/cam/image": Image, "/t/info": CameraInfo, "/t/cam/depth": Image}
+    # second subscriptions with the sensor-data QoS (best effort) that robot nodes use; the
+    # player waits for both subscriptions of each played topic
+    topics.update({"/t/cam/image#sensor": Image, "/t/info#sensor": CameraInfo})
+    listener = listener_factory(topics, frozenset({"/t/cam/image#sensor", "/t/info#sensor"}))
+    args = (
+        "--topics /image,camera_info --start-offset 0.5 --prefix cam --rate 4 --loop"
+        " --wait-for-subscribers 2 --ros-args -r __ns:=/t -r cam/camera_info:=info"
+    )
+    proc = start_player([str(bags["mcap"]), *args.split()], ros_env)
+    looped = listener.wait_for({"/t/cam/image": 15, "/t/info": 15})
+    proc.send_signal(signal.SIGINT)
+    rc, log = finish(proc)
+    assert looped and rc == 0, log
+    first = synthetic_frames(1, rate_hz=RATE_HZ)[0].stamp_ns
+    period = round(1e9 / RATE_HZ)
+    frames = [
+        (cv.stamp_to_ns(m.header.stamp) - first) // period
+        for _, m in listener.received["/t/cam/image"][:15]
+    ]
+    assert frames == list(range(10, 20)) + list(range(10, 15))  # offset 0.5 s = frame 10
+    assert listener.received["/t/cam/depth"] == []  # not selected
+    assert listener.received["/t/cam/image#sensor"] and listener.received["/t/info#sensor"]
+
+
+def _run_failing(args: Sequence[str], env: dict[str, str]) -> str:
+    rc, log = finish(start_player(args, env))
+    assert rc == 1, log
+    assert "Traceback" not in log
+    return log
+
+
+def test_player_fails_clearly_on_corrupt_bags(
+    bags: dict[str, Path], ros_env: dict[str, str], tmp_path: Path
+) -> None:
+    bag, fragment = next(make_corrupt_bags(bags, tmp_path))
+    log = _run_failing([str(bag)], ros_env)
+    assert f"bag {bag}: {fragment}" in log
+
+
+def test_player_fails_clearly_on_empty_bag(ros_env: dict[str, str], tmp_path: Path) -> None:
+    bag = make_empty_bag(tmp_path / "empty", "sqlite3")
+    assert f"bag {bag}: contains no messages" in _run_failing([str(bag)], ros_env)
+
+
+def test_player_fails_clearly_on_missing_topic(
+    bags: dict[str, Path], ros_env: dict[str, str]
+) -> None:
+    bag = bags["mcap"]
+    log = _run_failing([str(bag), "--topics", "/image,/lidar"], ros_env)
+    assert f"bag {bag}: no topic /lidar (its topics: /camera_info, /depth, /image)" in log
+
+
+def test_player_help_and_parameters_file(bags: dict[str, Path], ros_env: dict[str, str]) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "fedepth_ros.bag_player", "--help"],
+        env=ros_env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=True,
+    ).stdout
+    assert "--rate" in out and "start_offset" in out
+    root = Path(__file__).resolve().parents[2]
+    params = root / "config" / "bag_player.yaml"
+    args = f"--ros-args --params-file {params} -p bag:={bags['mcap']} -p rate:=50.0"
+    rc, log = finish(start_player(args.split(), ros_env))
+    assert rc == 0 and "published 60 messages" in log, log
