@@ -13,6 +13,7 @@ from fedepth.strategies.base import (
     ClusteredStrategy,
     RouteDecision,
     State,
+    StateView,
     Strategy,
     TrainTask,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "FedAvg",
     "RouteDecision",
     "State",
+    "StateView",
     "Strategy",
     "TrainTask",
     "create_strategy",
