@@ -45,6 +45,10 @@ setup(
         "safetensors",
         "pyyaml",
         "tqdm",
+        "grpcio",
+        "grpcio-health-checking",
+        "grpcio-reflection",
+        "protobuf",
     ],
     zip_safe=True,
     maintainer="fedepth developers",
@@ -53,6 +57,7 @@ setup(
     entry_points={
         "console_scripts": [
             "fedepth = fedepth.cli:main",
+            "fedepth-coordinator = fedepth_coordinator.cli:main",
         ],
     },
 )
