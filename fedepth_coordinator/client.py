@@ -318,9 +318,7 @@ class CoordinatorClient:
             )
             header = serde.route_header_from_pb(_first(stream, pb.RouteMessage).header)
             state = (
-                assemble(header.layout, _data(stream))[STATE]
-                if header.layout is not None
-                else {}
+                assemble(header.layout, _data(stream))[STATE] if header.layout is not None else {}
             )
         return RouteDecision(list(header.clusters), list(header.weights), state)
 

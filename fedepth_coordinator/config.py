@@ -35,6 +35,13 @@ class ServerConfig:
     max_message_bytes: int = 4 << 20
     #: Size of the chunks weights are streamed in (<= max_message_bytes - 64 KiB).
     chunk_bytes: int = 1 << 20
+    #: Weight streams (downloads, uploads) in flight at once; the others wait their turn with
+    #: little buffered. The coordinator's transfer buffers stay near max_transfers x 2 chunks.
+    max_transfers: int = 16
+    #: HTTP/2 BDP probing grows flow-control windows for fast single streams, but the
+    #: coordinator then buffers whole uploads of many robots at once, even those waiting for a
+    #: transfer slot; off bounds that, at some cost in throughput on high-latency links.
+    bdp_probe: bool = False
     #: Longest a GetRoundPlan call waits for a new round, in seconds.
     max_wait_s: float = 20.0
     #: Seconds in-flight calls get to finish on shutdown.
@@ -152,6 +159,7 @@ def _check(c: CoordinatorConfig) -> None:
         f"({s.max_message_bytes}), got {s.chunk_bytes}",
     )
     need(s.max_wait_s >= 0, "server.max_wait_s", "must be >= 0")
+    need(s.max_transfers >= 1, "server.max_transfers", f"must be >= 1, got {s.max_transfers}")
     need(r.num_rounds >= 1, "rounds.num_rounds", f"must be >= 1, got {r.num_rounds}")
     need(r.min_robots >= 1, "rounds.min_robots", f"must be >= 1, got {r.min_robots}")
     need(0 < r.fraction <= 1, "rounds.fraction", f"must lie in (0, 1], got {r.fraction}")

@@ -6,6 +6,7 @@ handlers, the client's return values, the fleet report) speaks these dataclasses
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -69,15 +70,31 @@ class ModelHeader:
 
 
 @dataclass
-class ModelStream:
-    """A header and the arrays whose bytes follow it, in chunks of ``chunk_bytes``."""
+class Payload:
+    """Arrays whose bytes follow a header, in chunks of ``chunk_bytes``.
 
-    header: ModelHeader
+    With ``slots``, the chunks only flow while holding one of the coordinator's transfer slots,
+    which bounds how many streams (and so how much buffered data) are in flight at once.
+    """
+
     groups: list[Mapping[str, np.ndarray]]
     chunk_bytes: int
+    slots: threading.Semaphore | None = None
 
     def chunks(self, frame: Callable[[int], bytes] | None = None) -> Iterator[bytes]:
-        return iter_chunks(self.groups, self.chunk_bytes, frame=frame)
+        if self.slots is None:
+            yield from iter_chunks(self.groups, self.chunk_bytes, frame=frame)
+            return
+        with self.slots:
+            yield from iter_chunks(self.groups, self.chunk_bytes, frame=frame)
+
+
+@dataclass
+class ModelStream:
+    """A download: its header, then the payload."""
+
+    header: ModelHeader
+    payload: Payload
 
 
 @dataclass(frozen=True)
@@ -108,14 +125,10 @@ class RouteHeader:
 
 @dataclass
 class RouteStream:
-    """The routing decision and the routed model's arrays (none unless requested)."""
+    """The routing decision, then the routed model (an empty payload unless requested)."""
 
     header: RouteHeader
-    groups: list[Mapping[str, np.ndarray]]
-    chunk_bytes: int
-
-    def chunks(self, frame: Callable[[int], bytes] | None = None) -> Iterator[bytes]:
-        return iter_chunks(self.groups, self.chunk_bytes, frame=frame)
+    payload: Payload
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ from fedepth_coordinator.domain import (
     FleetStatus,
     ModelHeader,
     ModelStream,
+    Payload,
     Phase,
     PlanAction,
     Registration,
@@ -140,7 +141,9 @@ class Coordinator:
         self.config = config
         self.store = store
         self.clock = clock
-        self._initial = dict(initial_model)
+        #: the starting model until the run starts (then only in its blob), and its tensor order
+        self._initial: dict[str, np.ndarray] | None = dict(initial_model)
+        self._model_order = list(initial_model)
         self._cond = threading.Condition()
         self._robots: dict[str, RobotRecord] = {}
         self._last_seen: dict[str, float] = {}
@@ -153,6 +156,8 @@ class Coordinator:
         self._round: _OpenRound | None = None
         self._finished = False
         self._history: list[RoundRecord] = []
+        #: weight streams (downloads, uploads, routed models) allowed in flight at once
+        self._transfers = threading.BoundedSemaphore(config.server.max_transfers)
         self._restore()
 
     # -- start-up ----------------------------------------------------------------------------
@@ -163,7 +168,8 @@ class Coordinator:
         keep: set[str] = set()
         if snap.run is not None:
             run = snap.run
-            self._initial = BlobReader(self.store, run.initial_blob).read_all()[STATE]
+            self._initial = None
+            self._model_order = BlobReader(self.store, run.initial_blob).layout.group(STATE).names()
             self._load_checkpoint(run.checkpoint)
             self._finished = run.finished
             if run.open_round is not None:
@@ -190,7 +196,8 @@ class Coordinator:
     def _load_checkpoint(self, ck: Checkpoint) -> None:
         strategy = self._new_strategy()
         infos = [self._client_info(self._robots[m]) for m in ck.members]
-        strategy.initialize(infos[: ck.num_initial], self._initial)
+        initial = BlobReader(self.store, INITIAL_BLOB).read_all()[STATE]
+        strategy.initialize(infos[: ck.num_initial], initial)
         for info in infos[ck.num_initial :]:
             strategy.add_client(info)
         strategy.load_state_dict(ck.meta, BlobReader(self.store, ck.blob).read_all())
@@ -356,6 +363,7 @@ class Coordinator:
         ready = self._ready()
         if len(ready) < self.config.rounds.min_robots:
             return
+        assert self._initial is not None
         strategy = self._new_strategy()
         try:
             strategy.initialize([self._client_info(self._robots[r]) for r in ready], self._initial)
@@ -379,6 +387,7 @@ class Coordinator:
             raise
         self._checkpoint = checkpoint
         self._round = _OpenRound(first)
+        self._initial = None  # the strategy holds the model now; the blob keeps the original
         log.info(
             "fleet formed with %d robots (strategy %s, %s); round 0 opened for %d robots",
             len(ready),
@@ -441,6 +450,9 @@ class Coordinator:
     @property
     def _chunk_bytes(self) -> int:
         return self.config.server.chunk_bytes
+
+    def _payload(self, groups: list[Mapping[str, np.ndarray]]) -> Payload:
+        return Payload(groups, self._chunk_bytes, self._transfers)
 
     # -- rounds ------------------------------------------------------------------------------
     def _new_round(self, number: int) -> RoundRecord:
@@ -531,7 +543,7 @@ class Coordinator:
                 task = self._task(r.round, robot_id)
         groups = self._task_groups(task)
         header = ModelHeader(rnd, Layout.of(groups), task.hook, dict(task.hook_params))
-        return ModelStream(header, list(groups.values()), self._chunk_bytes)
+        return ModelStream(header, self._payload(list(groups.values())))
 
     def _open_round_for(self, robot_id: str, rnd: int) -> RoundRecord:
         if self._round is None:
@@ -584,7 +596,7 @@ class Coordinator:
                 reference=reference,
                 max_norm=self.config.validation.max_update_norm,
             )
-            with start_blob(self.store, key, header.layout) as writer:
+            with self._transfers, start_blob(self.store, key, header.layout) as writer:
                 for chunk in chunks:
                     checker.feed(chunk)
                     writer.write(chunk)
@@ -646,7 +658,7 @@ class Coordinator:
         r = self._round
         rnd = r.record.round
         t0 = time.monotonic()
-        order = list(self._initial)
+        order = self._model_order
         updates = []
         for robot_id in sorted(r.reported):
             rec = r.reported[robot_id]
@@ -740,7 +752,7 @@ class Coordinator:
             tuple(float(w) for w in decision.weights),
             layout,
         )
-        return RouteStream(header, [decision.state] if include_model else [], self._chunk_bytes)
+        return RouteStream(header, self._payload([decision.state] if include_model else []))
 
     def cluster_map(self) -> ClusterMap:
         with self._cond:

@@ -101,6 +101,7 @@ class CoordinatorServer:
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),
                 ("grpc.so_reuseport", 0),
+                ("grpc.http2.bdp_probe", int(config.server.bdp_probe)),
             ],
         )
         add_to_server(CoordinatorServicer(self.coordinator), self._server)

@@ -112,7 +112,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 caller_id(context), request.robot_id, request.round, request.latest
             )
         yield pb.DownloadMessage(header=serde.model_header_to_pb(stream.header))
-        yield from stream.chunks(frame=wire.frame)
+        yield from stream.payload.chunks(frame=wire.frame)
 
     def UploadUpdate(
         self,
@@ -146,7 +146,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 summaries=serde.inline_from_pb(list(request.summaries)),
             )
         yield pb.RouteMessage(header=serde.route_header_to_pb(stream.header))
-        yield from stream.chunks(frame=wire.frame)
+        yield from stream.payload.chunks(frame=wire.frame)
 
     def GetClusterMap(
         self, request: pb.GetClusterMapRequest, context: grpc.ServicerContext

@@ -231,3 +231,90 @@ class CoordinatorProcess:
                 self.proc.kill()
                 self.proc.wait()
         return int(self.proc.returncode)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What a load run measured (coordinator in a child process, robots as threads)."""
+
+    robots: int
+    model_bytes: int
+    round_seconds: list[float]
+    closed_by: list[str]
+    rss_start_bytes: int
+    rss_peak_bytes: int
+    errors: dict[str, str]
+    wall_seconds: float
+
+
+def _robot_worker(
+    target: str, tokens: dict[str, str], ids: list[str], timeout_s: float
+) -> dict[str, str]:
+    fleet = SimulatedFleet(target, tokens, poll_s=5.0, retry_for_s=30.0)
+    fleet.start_all(ids)
+    if not fleet.join(timeout_s):
+        fleet.shutdown()
+        return {rid: "did not finish in time" for rid in ids if rid not in fleet.reports}
+    errors = {rid: repr(e) for rid, e in fleet.errors.items()}
+    for rid in ids:
+        report = fleet.reports.get(rid)
+        if rid not in errors and (report is None or not report.finished):
+            errors[rid] = "did not finish"
+    return errors
+
+
+def load_run(
+    config: CoordinatorConfig,
+    tokens: Mapping[str, str],
+    robots: Sequence[str],
+    *,
+    operator: str,
+    workers: int = 1,
+    timeout_s: float = 600.0,
+    log_path: str | os.PathLike[str],
+) -> LoadResult:
+    """Run a full training run of ``robots`` against a child coordinator and measure it.
+
+    Robots run as threads, split over ``workers`` processes (1: threads of this process);
+    ``operator`` (a principal in ``tokens``) reads the round history at the end.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from fedepth_coordinator.server import load_initial_model
+
+    child = CoordinatorProcess(config, log_path=log_path)
+    port = child.start()
+    target = f"127.0.0.1:{port}"
+    token_map = dict(tokens)
+    try:
+        rss_start = child.rss_bytes()
+        t0 = time.monotonic()
+        groups = [list(robots[i::workers]) for i in range(workers)]
+        errors: dict[str, str] = {}
+        if workers == 1:
+            errors.update(_robot_worker(target, token_map, groups[0], timeout_s))
+        else:
+            with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+                futures = [
+                    pool.submit(_robot_worker, target, token_map, g, timeout_s) for g in groups
+                ]
+                for f in futures:
+                    errors.update(f.result())
+        wall = time.monotonic() - t0
+        rss_peak = child.peak_rss_bytes()
+        with CoordinatorClient(open_channel(target), operator, token_map[operator]) as c:
+            history = list(c.fleet_status().history)
+    finally:
+        child.stop()
+    model_bytes = sum(a.nbytes for a in load_initial_model(config.model).values())
+    return LoadResult(
+        robots=len(robots),
+        model_bytes=model_bytes,
+        round_seconds=[h.duration_s for h in history],
+        closed_by=[h.closed_by for h in history],
+        rss_start_bytes=rss_start,
+        rss_peak_bytes=rss_peak,
+        errors=errors,
+        wall_seconds=wall,
+    )

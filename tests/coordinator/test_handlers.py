@@ -60,7 +60,7 @@ def join(c: Coordinator, rid: str) -> None:
 
 def train_and_upload(c: Coordinator, rid: str, rnd: int) -> None:
     stream = c.download(rid, rid, rnd, latest=False)
-    task_state = assemble(stream.header.layout, stream.chunks())["state"]
+    task_state = assemble(stream.header.layout, stream.payload.chunks())["state"]
     update = deterministic_train(rid, robot_profile(rid).num_samples)(rnd, TrainTask(task_state))
     header_layout = Layout.of({"state": update.state})
     header = UpdateHeader(rid, rnd, update.num_samples, header_layout, num_steps=1)
