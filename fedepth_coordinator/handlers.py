@@ -137,10 +137,13 @@ class Coordinator:
         initial_model: Mapping[str, np.ndarray],
         *,
         clock: Callable[[], float] = time.time,
+        strategy_factory: Callable[[], Strategy] | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.clock = clock
+        #: builds the strategy (default: ``create_strategy`` with the config's name and params)
+        self.strategy_factory = strategy_factory
         #: the starting model until the run starts (then only in its blob), and its tensor order
         self._initial: dict[str, np.ndarray] | None = dict(initial_model)
         self._model_order = list(initial_model)
@@ -169,7 +172,9 @@ class Coordinator:
         if snap.run is not None:
             run = snap.run
             self._initial = None
-            self._model_order = BlobReader(self.store, run.initial_blob).layout.group(STATE).names()
+            self._model_order = (
+                BlobReader(self.store, run.initial_blob).layout.group(STATE).names()
+            )
             self._load_checkpoint(run.checkpoint)
             self._finished = run.finished
             if run.open_round is not None:
@@ -190,6 +195,8 @@ class Coordinator:
             log.info("removed %d unreferenced blobs left by an interrupted write", len(dropped))
 
     def _new_strategy(self) -> Strategy:
+        if self.strategy_factory is not None:
+            return self.strategy_factory()
         cfg = self.config.strategy
         return create_strategy(cfg.name, **dict(cfg.params))
 

@@ -20,6 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from safetensors.numpy import load_file
 
+from fedepth.strategies import Strategy
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
 from fedepth_coordinator.auth import AuthInterceptor, CredentialStore
 from fedepth_coordinator.config import CoordinatorConfig, ModelConfig, save_resolved
@@ -82,13 +83,18 @@ class CoordinatorServer:
         *,
         store: Store | None = None,
         clock: Callable[[], float] = time.time,
+        strategy_factory: Callable[[], Strategy] | None = None,
     ) -> None:
         self.config = config
         state_dir = Path(config.state.dir)
         self.store = store or open_store(config.state.backend, state_dir)
         save_resolved(config, state_dir)
         self.coordinator = Coordinator(
-            config, self.store, load_initial_model(config.model), clock=clock
+            config,
+            self.store,
+            load_initial_model(config.model),
+            clock=clock,
+            strategy_factory=strategy_factory,
         )
         self.credentials = CredentialStore(config.auth.credentials_file)
         limit = config.server.max_message_bytes
@@ -170,9 +176,10 @@ def running(
     *,
     store: Store | None = None,
     clock: Callable[[], float] = time.time,
+    strategy_factory: Callable[[], Strategy] | None = None,
 ) -> Iterator[CoordinatorServer]:
     """A started :class:`CoordinatorServer`, stopped on exit."""
-    server = CoordinatorServer(config, store=store, clock=clock)
+    server = CoordinatorServer(config, store=store, clock=clock, strategy_factory=strategy_factory)
     server.start()
     try:
         yield server
