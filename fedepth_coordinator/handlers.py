@@ -193,6 +193,11 @@ class Coordinator:
         dropped = self.store.collect_garbage(keep)
         if dropped:
             log.info("removed %d unreferenced blobs left by an interrupted write", len(dropped))
+        if snap.run is None:
+            try:
+                self._maybe_start()  # enough robots may have been ready before a restart
+            except FailedPreconditionError as exc:
+                log.warning("%s", exc)
 
     def _new_strategy(self) -> Strategy:
         if self.strategy_factory is not None:

@@ -108,6 +108,10 @@ class CoordinatorServer:
                 ("grpc.max_send_message_length", limit),
                 ("grpc.so_reuseport", 0),
                 ("grpc.http2.bdp_probe", int(config.server.bdp_probe)),
+                # find robots that vanished mid-stream (and free their transfer slot) in ~40 s
+                ("grpc.keepalive_time_ms", 30_000),
+                ("grpc.keepalive_timeout_ms", 10_000),
+                ("grpc.http2.max_pings_without_data", 0),
             ],
         )
         add_to_server(CoordinatorServicer(self.coordinator), self._server)

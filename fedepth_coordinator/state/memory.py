@@ -23,22 +23,23 @@ class _MemoryBlobWriter(BlobWriter):
     def __init__(self, store: MemoryStore, key: str) -> None:
         self._store = store
         self._key = key
-        self._buffer: bytearray | None = bytearray()
+        self._parts: list[bytes] | None = []
 
     def write(self, data: bytes | memoryview) -> None:
-        if self._buffer is None:
+        if self._parts is None:
             raise RuntimeError(f"blob {self._key!r} is already committed or aborted")
-        self._buffer += data
+        self._parts.append(bytes(data))
 
     def commit(self) -> None:
-        if self._buffer is None:
+        if self._parts is None:
             raise RuntimeError(f"blob {self._key!r} is already committed or aborted")
+        blob = b"".join(self._parts)
         with self._store._lock:
-            self._store._blobs[self._key] = bytes(self._buffer)
-        self._buffer = None
+            self._store._blobs[self._key] = blob
+        self._parts = None
 
     def abort(self) -> None:
-        self._buffer = None
+        self._parts = None
 
 
 class MemoryStore(Store):
