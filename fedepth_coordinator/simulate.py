@@ -151,10 +151,15 @@ class SimulatedFleet:
 
     def join(self, timeout_s: float) -> bool:
         """Wait for every robot thread; False when some are still running at the timeout."""
+        return self.join_some(list(self._threads), timeout_s)
+
+    def join_some(self, robot_ids: Sequence[str], timeout_s: float) -> bool:
+        """Wait for the threads of some robots; False when some are still running."""
         end = time.monotonic() + timeout_s
-        for t in list(self._threads.values()):
+        threads = [self._threads[r] for r in robot_ids]
+        for t in threads:
             t.join(max(0.0, end - time.monotonic()))
-        return not any(t.is_alive() for t in self._threads.values())
+        return not any(t.is_alive() for t in threads)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         self.stop.set()
