@@ -5,6 +5,8 @@
    a plain TCP socket copy of the same number of bytes to/from a child process, measured in the
    same run and interleaved so both see the same machine load. Both receivers write into a
    freshly allocated buffer, as a robot receiving a model does. Target: gRPC >= 1/2 of TCP.
+   For reference, bare grpcio (bytes messages of the same size, no protobuf, no coordinator)
+   shows how much of the gap is gRPC's own.
 2. Aggregation: FedAvg over N spilled updates exactly as the coordinator runs it (tensors read
    back from the blob files one at a time), against a plain numpy sum of the same arrays held
    in memory.
@@ -93,6 +95,80 @@ class TcpBaseline:
         self.proc.join(10)
 
 
+# -- bare gRPC: the ceiling of grpcio itself ----------------------------------------------------
+def _raw_grpc_server(port_queue: Any, nbytes: int, chunk: int) -> None:
+    from concurrent import futures
+
+    import grpc
+
+    payload = bytes(chunk)
+    last = bytes(nbytes % chunk)
+
+    def down(_request: bytes, _context: Any) -> Any:
+        for _ in range(nbytes // chunk):
+            yield payload
+        if last:
+            yield last
+
+    def up(requests: Any, _context: Any) -> bytes:
+        for _ in requests:
+            pass
+        return b"k"
+
+    handler = grpc.method_handlers_generic_handler(
+        "bench.Raw",
+        {
+            "Down": grpc.unary_stream_rpc_method_handler(down),
+            "Up": grpc.stream_unary_rpc_method_handler(up),
+        },
+    )
+    limit = [("grpc.max_receive_message_length", chunk + (1 << 20))]
+    server = grpc.server(futures.ThreadPoolExecutor(4), handlers=[handler], options=limit)
+    port_queue.put(server.add_insecure_port("127.0.0.1:0"))
+    server.start()
+    server.wait_for_termination()
+
+
+class RawGrpc:
+    """Bytes messages through grpcio with no protobuf and no coordinator logic."""
+
+    def __init__(self, nbytes: int, chunk: int) -> None:
+        import grpc
+
+        self.nbytes, self.chunk = nbytes, chunk
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        self.proc = ctx.Process(target=_raw_grpc_server, args=(q, nbytes, chunk), daemon=True)
+        self.proc.start()
+        self.channel = grpc.insecure_channel(
+            f"127.0.0.1:{q.get(timeout=60)}",
+            options=[("grpc.max_receive_message_length", chunk + (1 << 20))],
+        )
+        self._down = self.channel.unary_stream("/bench.Raw/Down")
+        self._up = self.channel.stream_unary("/bench.Raw/Up")
+        self.payload = bytes(chunk)
+
+    def download(self) -> float:
+        t0 = time.perf_counter()
+        buf = np.empty(self.nbytes, dtype=np.uint8)
+        view, got = memoryview(buf), 0
+        for message in self._down(b""):
+            view[got : got + len(message)] = message
+            got += len(message)
+        return time.perf_counter() - t0
+
+    def upload(self) -> float:
+        n, rest = divmod(self.nbytes, self.chunk)
+        t0 = time.perf_counter()
+        self._up(iter([self.payload] * n + ([bytes(rest)] if rest else [])))
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.channel.close()
+        self.proc.kill()
+        self.proc.join(10)
+
+
 # -- the coordinator ----------------------------------------------------------------------------
 class GrpcPath:
     """Robot a is timed; robot b uploads afterwards so that each round closes."""
@@ -157,18 +233,23 @@ def transfer(
     grpc_path = GrpcPath(workdir, size_mb, chunk, backend, bdp)
     _, _, nbytes = grpc_path.one_round()  # warm-up, and the exact byte count
     tcp = TcpBaseline(nbytes)
-    tcp.download(), tcp.upload()
-    times: dict[str, list[float]] = {k: [] for k in ("tcp_down", "tcp_up", "grpc_down", "grpc_up")}
+    raw = RawGrpc(nbytes, chunk)
+    tcp.download(), tcp.upload(), raw.download(), raw.upload()
+    keys = ("tcp_down", "tcp_up", "raw_down", "raw_up", "grpc_down", "grpc_up")
+    times: dict[str, list[float]] = {k: [] for k in keys}
     try:
         for _ in range(repeats):
             times["tcp_down"].append(tcp.download())
+            times["raw_down"].append(raw.download())
             down, up, _ = grpc_path.one_round()
             times["grpc_down"].append(down)
             times["grpc_up"].append(up)
+            times["raw_up"].append(raw.upload())
             times["tcp_up"].append(tcp.upload())
     finally:
         grpc_path.close()
         tcp.close()
+        raw.close()
     mbps = {k: [nbytes / t / 1e6 for t in v] for k, v in times.items()}
     med = {k: statistics.median(v) for k, v in mbps.items()}
     return {
@@ -181,6 +262,8 @@ def transfer(
         "best_MBps": {k: max(v) for k, v in mbps.items()},
         "download_ratio": med["grpc_down"] / med["tcp_down"],
         "upload_ratio": med["grpc_up"] / med["tcp_up"],
+        "download_vs_bare_grpc": med["grpc_down"] / med["raw_down"],
+        "upload_vs_bare_grpc": med["grpc_up"] / med["raw_up"],
     }
 
 
@@ -259,10 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"transfer of a {t['model_bytes'] / 1e6:.1f} MB model, {t['repeats']} repeats, chunks of "
         f"{t['chunk_bytes'] >> 10} KiB, state backend {t['backend']} (median MB/s):",
-        f"  download  gRPC {m['grpc_down']:7.0f}   TCP {m['tcp_down']:7.0f}   "
-        f"ratio {t['download_ratio']:.2f}",
-        f"  upload    gRPC {m['grpc_up']:7.0f}   TCP {m['tcp_up']:7.0f}   "
-        f"ratio {t['upload_ratio']:.2f}   (gRPC: checked and spilled to the {t['backend']} store)",
+        f"  download  coordinator {m['grpc_down']:6.0f}   TCP {m['tcp_down']:6.0f}   ratio "
+        f"{t['download_ratio']:.2f}   (bare grpcio {m['raw_down']:6.0f})",
+        f"  upload    coordinator {m['grpc_up']:6.0f}   TCP {m['tcp_up']:6.0f}   ratio "
+        f"{t['upload_ratio']:.2f}   (bare grpcio {m['raw_up']:6.0f})",
+        f"  (coordinator uploads are checked and spilled to the {t['backend']} store)",
     ]
     if a is not None:
         lines += [
