@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -121,8 +122,6 @@ def cmd_fleet_status(args: argparse.Namespace) -> int:
         except CoordinatorCallError as exc:
             raise CliError(f"{args.coordinator}: {exc.status}: {exc.details}") from exc
     if args.json:
-        import dataclasses
-
         out = {"fleet": dataclasses.asdict(status), "clusters": dataclasses.asdict(clusters)}
         json.dump(out, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
