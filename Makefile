@@ -40,5 +40,8 @@ format: $(STAMP)  ## apply ruff formatting and safe fixes
 bench: $(STAMP)  ## run the micro-benchmarks in benchmarks/
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
+proto: $(STAMP)  ## regenerate the gRPC stubs in fedepth_coordinator/_proto from proto/
+	$(PY) -m fedepth_coordinator.protogen
+
 clean:  ## remove build outputs (keeps .venv)
 	rm -rf build install log *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -46,6 +46,10 @@ setup(
         "pyyaml",
         "tqdm",
         "rosbags>=0.10",
+        "grpcio",
+        "grpcio-health-checking",
+        "grpcio-reflection",
+        "protobuf",
     ],
     zip_safe=True,
     maintainer="fedepth developers",
@@ -55,6 +59,7 @@ setup(
         "console_scripts": [
             "fedepth = fedepth.cli:main",
             "bag_player = fedepth_ros.bag_player:main",
+            "fedepth-coordinator = fedepth_coordinator.cli:main",
         ],
     },
 )

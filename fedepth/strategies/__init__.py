@@ -16,6 +16,7 @@ from fedepth.strategies.base import (
     ClusteredStrategy,
     RouteDecision,
     State,
+    StateView,
     Strategy,
     TrainTask,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "FedAvg",
     "RouteDecision",
     "State",
+    "StateView",
     "Strategy",
     "TrainTask",
     "create_strategy",

@@ -29,6 +29,11 @@ from fedepth import clustering
 from fedepth.descriptor import Descriptor
 from fedepth.strategies.aggregate import State, client_models, weighted_mean
 
+#: A read-only view of a state. An update's tensors may live on disk (the coordinator spills
+#: uploads to files and reads them back tensor by tensor while aggregating), so strategies read
+#: updates through the Mapping protocol and never modify them in place.
+StateView = Mapping[str, np.ndarray]
+
 
 @dataclass(frozen=True)
 class ClientInfo:
@@ -62,13 +67,13 @@ class TrainTask:
 
 @dataclass
 class ClientUpdate:
-    """What a client returns after local training."""
+    """What a client returns after local training (read-only views, see :data:`StateView`)."""
 
     cid: str
-    state: State
+    state: StateView
     num_samples: int
     num_steps: int = 0
-    extra: dict[str, State] = field(default_factory=dict)
+    extra: dict[str, StateView] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
 
 

@@ -1,0 +1,305 @@
+"""The coordinator's one typed configuration: a YAML file, then command-line overrides.
+
+``load_config(path, overrides)`` reads the file, applies ``section.key=value`` overrides (values
+parsed as YAML), checks every key and type, and returns a frozen :class:`CoordinatorConfig`.
+Unknown keys and wrong types are errors that name the key. Relative paths are relative to the
+working directory. The server saves the resolved copy as ``<state dir>/config.resolved.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key and says what is expected."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    #: Interface to bind ("0.0.0.0" for a fleet, "127.0.0.1" for local runs).
+    host: str = "0.0.0.0"
+    #: TCP port; 0 picks a free one (see --port-file).
+    port: int = 50051
+    #: Worker threads. Waiting robots hold one each: keep it above the fleet size.
+    max_workers: int = 128
+    #: Largest gRPC message accepted or sent, in bytes.
+    max_message_bytes: int = 4 << 20
+    #: Size of the chunks weights are streamed in (<= max_message_bytes - 64 KiB).
+    chunk_bytes: int = 1 << 20
+    #: Weight streams (downloads, uploads) in flight at once; the others wait their turn with
+    #: little buffered. The coordinator's transfer buffers stay near max_transfers x 2 chunks.
+    max_transfers: int = 16
+    #: HTTP/2 BDP probing grows flow-control windows for fast single streams, but the
+    #: coordinator then buffers whole uploads of many robots at once, even those waiting for a
+    #: transfer slot; off bounds that, at some cost in throughput on high-latency links.
+    bdp_probe: bool = False
+    #: Longest a GetRoundPlan call waits for a new round, in seconds.
+    max_wait_s: float = 20.0
+    #: Seconds in-flight calls get to finish on shutdown.
+    grace_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    #: PEM server certificate chain and private key; both unset: plaintext (loopback only!).
+    cert_file: str | None = None
+    key_file: str | None = None
+    #: PEM CA bundle that signs robot certificates; set: mutual TLS (clients must present one).
+    client_ca_file: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert_file is not None
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    #: YAML file of principals (robot id -> role and token hash); create entries with
+    #: `fedepth-coordinator --config FILE --add-robot ID`.
+    credentials_file: str = "runs/coordinator/credentials.yaml"
+
+
+@dataclass(frozen=True)
+class RoundsConfig:
+    #: Rounds to run.
+    num_rounds: int = 10
+    #: Robots that must have registered and sent a descriptor before round 0 starts.
+    min_robots: int = 2
+    #: Fraction of the members selected each round (seeded, reproducible).
+    fraction: float = 1.0
+    #: Fraction of the selected robots that must report before the deadline can close a round.
+    quorum: float = 0.6
+    #: Seconds after a round opens when it may close on quorum.
+    deadline_s: float = 600.0
+    #: Seed of the per-round selection.
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class StrategyConfig:
+    #: Method name, one of fedepth.strategies.list_strategies().
+    name: str = "fedepth"
+    #: Keyword arguments of the strategy (fedepth: overlap or tau).
+    params: Mapping[str, Any] = field(default_factory=lambda: {"overlap": 0.2})
+
+
+@dataclass(frozen=True)
+class SyntheticModelConfig:
+    #: Number of float32 tensors and their total size, for trying the service end to end.
+    num_tensors: int = 4
+    size_mb: float = 1.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    #: safetensors file with the starting weights; unset: a synthetic model (see `synthetic`).
+    initial_weights: str | None = None
+    synthetic: SyntheticModelConfig = field(default_factory=SyntheticModelConfig)
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    #: Largest accepted L2 distance between an update and the model it was trained from.
+    max_update_norm: float | None = None
+    #: Largest descriptor dimension accepted.
+    max_descriptor_dim: int = 8192
+    #: Most algorithm extra groups (control variates, ...) an update may carry.
+    max_extra_groups: int = 4
+    #: Largest total size of a robot's inline summaries (PACFL basis, ...), in bytes.
+    max_summary_bytes: int = 1 << 20
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    #: Directory of the durable state (SQLite + blobs) and the resolved config.
+    dir: str = "runs/coordinator"
+    #: "sqlite" (durable) or "memory" (lost on exit; tests and dry runs).
+    backend: str = "sqlite"
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    rounds: RoundsConfig = field(default_factory=RoundsConfig)
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    state: StateConfig = field(default_factory=StateConfig)
+    #: Python logging level name.
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        _check(self)
+
+
+def _check(c: CoordinatorConfig) -> None:
+    def need(ok: bool, key: str, what: str) -> None:
+        if not ok:
+            raise ConfigError(f"{key}: {what}")
+
+    s, r = c.server, c.rounds
+    need(0 <= s.port <= 65535, "server.port", f"must lie in [0, 65535], got {s.port}")
+    need(s.max_workers >= 4, "server.max_workers", f"must be >= 4, got {s.max_workers}")
+    need(
+        0 < s.chunk_bytes <= s.max_message_bytes - (64 << 10),
+        "server.chunk_bytes",
+        f"must be > 0 and leave 64 KiB under server.max_message_bytes "
+        f"({s.max_message_bytes}), got {s.chunk_bytes}",
+    )
+    need(s.max_wait_s >= 0, "server.max_wait_s", "must be >= 0")
+    need(s.max_transfers >= 1, "server.max_transfers", f"must be >= 1, got {s.max_transfers}")
+    need(r.num_rounds >= 1, "rounds.num_rounds", f"must be >= 1, got {r.num_rounds}")
+    need(r.min_robots >= 1, "rounds.min_robots", f"must be >= 1, got {r.min_robots}")
+    need(0 < r.fraction <= 1, "rounds.fraction", f"must lie in (0, 1], got {r.fraction}")
+    need(0 < r.quorum <= 1, "rounds.quorum", f"must lie in (0, 1], got {r.quorum}")
+    need(r.deadline_s > 0, "rounds.deadline_s", f"must be > 0, got {r.deadline_s}")
+    need(
+        (c.tls.cert_file is None) == (c.tls.key_file is None),
+        "tls",
+        "cert_file and key_file must be set together",
+    )
+    need(
+        c.tls.client_ca_file is None or c.tls.enabled,
+        "tls.client_ca_file",
+        "mutual TLS needs tls.cert_file and tls.key_file too",
+    )
+    need(
+        c.state.backend in ("sqlite", "memory"),
+        "state.backend",
+        f"must be 'sqlite' or 'memory', got {c.state.backend!r}",
+    )
+    v = c.validation
+    need(
+        v.max_update_norm is None or v.max_update_norm > 0,
+        "validation.max_update_norm",
+        "must be > 0 or null",
+    )
+    need(v.max_extra_groups >= 0, "validation.max_extra_groups", "must be >= 0")
+    need(c.model.synthetic.size_mb > 0, "model.synthetic.size_mb", "must be > 0")
+    need(c.model.synthetic.num_tensors >= 1, "model.synthetic.num_tensors", "must be >= 1")
+
+
+# -- loading ------------------------------------------------------------------------------------
+def _convert(tp: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value, key)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return _build(tp, value, key)
+    if origin is not None and issubclass(origin, Mapping):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return str(value)
+    raise ConfigError(f"{key}: unsupported type {tp}")
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        where = prefix or "top level"
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(map(str, unknown))}; "
+            f"known: {', '.join(sorted(names))}"
+        )
+    kwargs = {k: _convert(hints[k], v, f"{prefix}.{k}" if prefix else k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def _set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = data
+    for p in parts[:-1]:
+        child = node.setdefault(p, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {dotted}: {p} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``section.key=value`` -> (key, YAML-parsed value)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {text!r}: expected section.key=value")
+    return key.strip(), yaml.safe_load(raw) if raw.strip() else None
+
+
+def config_from_dict(
+    data: Mapping[str, Any], overrides: Sequence[tuple[str, Any]] = ()
+) -> CoordinatorConfig:
+    merged: dict[str, Any] = yaml.safe_load(yaml.safe_dump(dict(data))) or {}
+    for key, value in overrides:
+        _set_path(merged, key, value)
+    config: CoordinatorConfig = _build(CoordinatorConfig, merged)
+    return config
+
+
+def load_config(
+    path: str | Path | None, overrides: Sequence[tuple[str, Any]] = ()
+) -> CoordinatorConfig:
+    """The config in ``path`` (None: the defaults) with overrides applied."""
+    data: Any = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{p}: no such config file")
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: not valid YAML ({exc})") from exc
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{p}: the top level must be a mapping of sections")
+    return config_from_dict(data, overrides)
+
+
+def to_dict(config: CoordinatorConfig) -> dict[str, Any]:
+    out: dict[str, Any] = dataclasses.asdict(config)
+    return out
+
+
+def save_resolved(config: CoordinatorConfig, directory: str | Path) -> Path:
+    """Write the resolved config into ``directory`` (atomically) and return its path."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / "config.resolved.yaml"
+    tmp = path.with_suffix(".yaml.tmp")
+    text = "# The resolved coordinator configuration of the last start (file + overrides).\n"
+    tmp.write_text(text + yaml.safe_dump(to_dict(config), sort_keys=False), encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,31 @@
+"""Domain errors of the coordinator; the servicer maps each class to one gRPC status code."""
+
+from __future__ import annotations
+
+
+class CoordinatorError(Exception):
+    """Base of the errors a caller can act on; the message says what was wrong and what to do."""
+
+
+class InvalidArgumentError(CoordinatorError):
+    """The request itself is malformed (bad tensors, descriptor, ids): fix it and resend."""
+
+
+class FailedPreconditionError(CoordinatorError):
+    """The request is well formed but the coordinator is not in a state to accept it."""
+
+
+class NotFoundError(CoordinatorError):
+    """The robot (or object) named in the request is unknown to the coordinator."""
+
+
+class AlreadyExistsError(CoordinatorError):
+    """The request repeats something already accepted (a duplicate upload)."""
+
+
+class PermissionDeniedError(CoordinatorError):
+    """The authenticated caller may not act on the robot named in the request."""
+
+
+class ResourceExhaustedError(CoordinatorError):
+    """A size limit was exceeded."""

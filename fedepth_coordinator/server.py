@@ -1,0 +1,198 @@
+"""Builds and runs the coordinator's gRPC server: service, auth, health, reflection, deadlines.
+
+``with serve(config) as port:`` starts a server (port 0: a free port) and stops it on exit;
+:class:`CoordinatorServer` is the same with the handler object exposed for in-process tools.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from contextlib import contextmanager
+from pathlib import Path
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from safetensors.numpy import load_file
+
+from fedepth.strategies import Strategy
+from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
+from fedepth_coordinator.auth import AuthInterceptor, CredentialStore
+from fedepth_coordinator.config import CoordinatorConfig, ModelConfig, save_resolved
+from fedepth_coordinator.handlers import Coordinator
+from fedepth_coordinator.servicer import CoordinatorServicer, add_to_server
+from fedepth_coordinator.state import Store, open_store
+from fedepth_coordinator.tensors import State
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Coordinator"].full_name
+
+
+def synthetic_model(num_tensors: int, size_mb: float, seed: int = 0) -> State:
+    """Deterministic float32 tensors of about ``size_mb`` MB in total (for trials and tests)."""
+    rng = np.random.default_rng(seed)
+    per = max(1, int(size_mb * 1e6 / 4 / num_tensors))
+    return {
+        f"layer{i}.weight": rng.standard_normal(per, dtype=np.float32) * 0.01
+        for i in range(num_tensors)
+    }
+
+
+def load_initial_model(cfg: ModelConfig) -> State:
+    """The starting weights: the safetensors file, or the synthetic model when none is set."""
+    if cfg.initial_weights is None:
+        s = cfg.synthetic
+        return synthetic_model(s.num_tensors, s.size_mb, s.seed)
+    path = Path(cfg.initial_weights)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"model.initial_weights: no such file {path}; export the model's state_dict as "
+            "safetensors, or unset it to use the synthetic model"
+        )
+    return dict(load_file(str(path)))
+
+
+def _read(path: str | None) -> bytes | None:
+    return None if path is None else Path(path).read_bytes()
+
+
+def _server_credentials(config: CoordinatorConfig) -> grpc.ServerCredentials | None:
+    tls = config.tls
+    if not tls.enabled:
+        return None
+    key, cert = _read(tls.key_file), _read(tls.cert_file)
+    assert key is not None and cert is not None
+    ca = _read(tls.client_ca_file)
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+    )
+
+
+class CoordinatorServer:
+    """A running coordinator: gRPC server, handlers and the deadline ticker."""
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        *,
+        store: Store | None = None,
+        clock: Callable[[], float] = time.time,
+        strategy_factory: Callable[[], Strategy] | None = None,
+    ) -> None:
+        self.config = config
+        state_dir = Path(config.state.dir)
+        self.store = store or open_store(config.state.backend, state_dir)
+        save_resolved(config, state_dir)
+        self.coordinator = Coordinator(
+            config,
+            self.store,
+            load_initial_model(config.model),
+            clock=clock,
+            strategy_factory=strategy_factory,
+        )
+        self.credentials = CredentialStore(config.auth.credentials_file)
+        limit = config.server.max_message_bytes
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(
+                max_workers=config.server.max_workers, thread_name_prefix="coordinator"
+            ),
+            interceptors=[AuthInterceptor(self.credentials)],
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+                ("grpc.so_reuseport", 0),
+                ("grpc.http2.bdp_probe", int(config.server.bdp_probe)),
+                # find robots that vanished mid-stream (and free their transfer slot) in ~40 s
+                ("grpc.keepalive_time_ms", 30_000),
+                ("grpc.keepalive_timeout_ms", 10_000),
+                ("grpc.http2.max_pings_without_data", 0),
+            ],
+        )
+        add_to_server(CoordinatorServicer(self.coordinator), self._server)
+        self._health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        reflection.enable_server_reflection(
+            [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], self._server
+        )
+        address = f"{config.server.host}:{config.server.port}"
+        creds = _server_credentials(config)
+        try:
+            if creds is None:
+                self.port = self._server.add_insecure_port(address)
+            else:
+                self.port = self._server.add_secure_port(address, creds)
+        except RuntimeError as exc:
+            raise RuntimeError(f"cannot listen on {address}: {exc}") from exc
+        if self.port == 0:
+            raise RuntimeError(f"cannot listen on {address} (in use, or not a local address)")
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick_loop, name="deadlines", daemon=True)
+
+    def start(self) -> int:
+        self._server.start()
+        for name in ("", SERVICE_NAME):
+            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self._ticker.start()
+        tls = self.config.tls
+        mode = "mutual TLS" if tls.client_ca_file else "TLS" if tls.enabled else "plaintext"
+        log.info(
+            "coordinator listening on %s:%d (%s), strategy %s, state in %s (%s)",
+            self.config.server.host,
+            self.port,
+            mode,
+            self.config.strategy.name,
+            self.config.state.dir,
+            self.config.state.backend,
+        )
+        return self.port
+
+    def _tick_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                due = self.coordinator.tick()
+            except Exception:
+                log.exception("closing the round at its deadline failed")
+                due = 5.0
+            self._stop.wait(1.0 if due is None else min(1.0, due + 0.01))
+
+    def stop(self, grace: float | None = None) -> None:
+        self._health.enter_graceful_shutdown()
+        self._stop.set()
+        self._server.stop(self.config.server.grace_s if grace is None else grace).wait()
+        if self._ticker.is_alive():
+            self._ticker.join(timeout=5.0)
+        self.store.close()
+        log.info("coordinator stopped")
+
+    def wait(self) -> None:
+        self._server.wait_for_termination()
+
+
+@contextmanager
+def running(
+    config: CoordinatorConfig,
+    *,
+    store: Store | None = None,
+    clock: Callable[[], float] = time.time,
+    strategy_factory: Callable[[], Strategy] | None = None,
+) -> Iterator[CoordinatorServer]:
+    """A started :class:`CoordinatorServer`, stopped on exit."""
+    server = CoordinatorServer(config, store=store, clock=clock, strategy_factory=strategy_factory)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(grace=0.5)
+
+
+@contextmanager
+def serve(config: CoordinatorConfig) -> Iterator[int]:
+    """Run a coordinator for the duration of the block; yields the bound port."""
+    with running(config) as server:
+        yield server.port

@@ -1,0 +1,95 @@
+"""Fixtures of the coordinator tests: credentials, configs and a real server on port 0."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedepth_coordinator.auth import add_principal
+from fedepth_coordinator.client import CoordinatorClient, open_channel
+from fedepth_coordinator.config import CoordinatorConfig, config_from_dict
+from fedepth_coordinator.server import CoordinatorServer, running
+from fedepth_coordinator.simulate import robot_ids
+
+
+@dataclass
+class Credentials:
+    """A credentials file and the tokens it was made with."""
+
+    path: Path
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def add(self, principal: str, role: str = "robot") -> str:
+        self.tokens[principal] = add_principal(self.path, principal, role)
+        return self.tokens[principal]
+
+
+@pytest.fixture
+def creds(tmp_path: Path) -> Credentials:
+    c = Credentials(tmp_path / "credentials.yaml")
+    for rid in robot_ids(6):
+        c.add(rid)
+    c.add("ops", role="operator")
+    return c
+
+
+def make_config(
+    tmp_path: Path, creds: Credentials, **sections: dict[str, Any]
+) -> CoordinatorConfig:
+    """A small local config: loopback, port 0, small chunks, fast rounds; sections override."""
+    data: dict[str, Any] = {
+        "server": {
+            "host": "127.0.0.1",
+            "port": 0,
+            "chunk_bytes": 64 << 10,
+            "max_wait_s": 2.0,
+            "grace_s": 0.5,
+            "max_workers": 32,
+        },
+        "auth": {"credentials_file": str(creds.path)},
+        "rounds": {"num_rounds": 2, "min_robots": 4, "deadline_s": 120.0, "quorum": 0.5},
+        "strategy": {"name": "fedepth", "params": {"overlap": 0.3}},
+        "model": {"synthetic": {"num_tensors": 3, "size_mb": 0.2}},
+        "state": {"dir": str(tmp_path / "state"), "backend": "sqlite"},
+    }
+    for name, values in sections.items():
+        data.setdefault(name, {}).update(values)
+    return config_from_dict(data)
+
+
+@pytest.fixture
+def config_factory(tmp_path: Path, creds: Credentials) -> Callable[..., CoordinatorConfig]:
+    def factory(**sections: dict[str, Any]) -> CoordinatorConfig:
+        return make_config(tmp_path, creds, **sections)
+
+    return factory
+
+
+@pytest.fixture
+def server(config_factory: Callable[..., CoordinatorConfig]) -> Iterator[CoordinatorServer]:
+    with running(config_factory()) as srv:
+        yield srv
+
+
+@pytest.fixture
+def connect(creds: Credentials) -> Iterator[Callable[..., CoordinatorClient]]:
+    """connect(port, principal) -> a client with that principal's token (closed afterwards)."""
+    clients: list[CoordinatorClient] = []
+
+    def factory(port: int, principal: str, token: str | None = None) -> CoordinatorClient:
+        client = CoordinatorClient(
+            open_channel(f"127.0.0.1:{port}"),
+            principal,
+            creds.tokens[principal] if token is None else token,
+            timeout_s=20.0,
+        )
+        clients.append(client)
+        return client
+
+    yield factory
+    for c in clients:
+        c.close()

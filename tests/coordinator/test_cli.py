@@ -1,0 +1,100 @@
+"""The fedepth-coordinator command, the default config file and `fedepth fleet status`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fedepth import cli as fedepth_cli
+from fedepth_coordinator.auth import read_credentials
+from fedepth_coordinator.cli import main
+from fedepth_coordinator.client import CoordinatorClient
+from fedepth_coordinator.config import ConfigError, CoordinatorConfig, load_config
+from fedepth_coordinator.server import CoordinatorServer
+from fedepth_coordinator.simulate import robot_ids, robot_profile
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT = REPO / "config" / "coordinator.yaml"
+
+
+def test_default_config_loads_and_requires_credentials(tmp_path: Path) -> None:
+    config = load_config(DEFAULT)
+    assert config.auth.credentials_file and config.strategy.name == "fedepth"
+    assert config == load_config(None)  # the file documents exactly the defaults
+    code = main(["--config", str(DEFAULT), "--state-dir", str(tmp_path / "s"), "--port", "0",
+                 "--set", f"auth.credentials_file={tmp_path / 'none.yaml'}"])  # fmt: skip
+    assert code == 1  # refuses to start without a credentials file
+
+
+def test_overrides_and_errors_name_the_key(tmp_path: Path) -> None:
+    config = load_config(DEFAULT, [("rounds.num_rounds", 3), ("strategy.params", {"tau": 1.5})])
+    assert config.rounds.num_rounds == 3 and config.strategy.params == {"tau": 1.5}
+    bad = [
+        ([("rounds.num_round", 3)], "rounds: unknown key(s) num_round"),
+        ([("rounds.quorum", "most")], "rounds.quorum: expected a number"),
+        ([("rounds.quorum", 1.5)], "rounds.quorum: must lie in (0, 1]"),
+        ([("server.chunk_bytes", 8 << 20)], "server.chunk_bytes"),
+        ([("tls.client_ca_file", "ca.pem")], "mutual TLS needs"),
+    ]
+    for overrides, message in bad:
+        with pytest.raises(ConfigError) as err:
+            load_config(DEFAULT, overrides)
+        assert message in str(err.value)
+
+
+def test_add_robot_prints_a_token_once_and_print_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    creds = tmp_path / "creds.yaml"
+    args = ["--config", str(DEFAULT), "--set", f"auth.credentials_file={creds}"]
+    assert main([*args, "--add-robot", "robot-7"]) == 0
+    out = capsys.readouterr()
+    token = out.out.strip()
+    assert len(token) > 30 and "robot-7" in out.err
+    assert token not in creds.read_text() and read_credentials(creds)["robot-7"].role == "robot"
+    assert main([*args, "--add-robot", "ops", "--role", "operator"]) == 0
+    assert read_credentials(creds)["ops"].role == "operator"
+    capsys.readouterr()
+    assert main([*args, "--print-config", "--set", "rounds.min_robots=7"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["rounds"]["min_robots"] == 7
+    assert main([*args, "--set", "rounds.bogus=1"]) == 2
+
+
+def test_resolved_config_is_saved_in_the_state_dir(
+    server: CoordinatorServer, config_factory: Callable[..., CoordinatorConfig]
+) -> None:
+    saved = Path(server.config.state.dir) / "config.resolved.yaml"
+    assert yaml.safe_load(saved.read_text())["server"]["host"] == "127.0.0.1"
+
+
+def test_fleet_status_prints_the_table_and_cluster_map(
+    server: CoordinatorServer,
+    creds: Any,
+    connect: Callable[..., CoordinatorClient],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for rid in robot_ids(4):
+        p = robot_profile(rid)
+        client = connect(server.port, rid)
+        client.register(p.num_samples, p.labels)
+        client.upload_descriptor(p.descriptor)
+    token_file = tmp_path / "ops.token"
+    token_file.write_text(creds.tokens["ops"] + "\n")
+    target = f"127.0.0.1:{server.port}"
+    args = ["fleet", "status", "--coordinator", target, "--token-file", str(token_file)]
+    assert fedepth_cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "phase: training" in out and "cluster map:" in out
+    for rid in robot_ids(4):
+        assert rid in out
+    assert fedepth_cli.main([*args, "--json"]) == 0
+    assert '"phase": "training"' in capsys.readouterr().out
+    token_file.write_text("wrong")
+    assert fedepth_cli.main(args) == 2
+    assert "UNAUTHENTICATED" in capsys.readouterr().err

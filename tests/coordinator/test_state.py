@@ -1,0 +1,132 @@
+"""One contract suite for every Store (in-memory and SQLite), plus SQLite durability."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from fedepth.descriptor import Descriptor
+from fedepth_coordinator.blobs import BlobReader, write_blob
+from fedepth_coordinator.state import (
+    Checkpoint,
+    MemoryStore,
+    RobotRecord,
+    RoundRecord,
+    RunRecord,
+    SqliteStore,
+    Store,
+    UpdateRecord,
+)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    s: Store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "state")
+    yield s
+    s.close()
+
+
+def _robot(rid: str, with_descriptor: bool = True) -> RobotRecord:
+    d = Descriptor(np.array([1.0, 2.0]), np.array([0.5, 0.25]), 8) if with_descriptor else None
+    return RobotRecord(rid, 10, {"platform": "spot"}, d, {"basis": np.eye(2)})
+
+
+def _checkpoint(done: int, blob: str = "ck") -> Checkpoint:
+    return Checkpoint(done, ("a", "b"), 2, {"tau": np.float64(0.5), "M": [[1, 1]]}, blob)
+
+
+def test_robots_are_stored_replaced_and_kept_in_registration_order(store: Store) -> None:
+    store.put_robot(_robot("b"))
+    store.put_robot(_robot("a", with_descriptor=False))
+    store.put_robot(_robot("b", with_descriptor=False))
+    robots = store.load().robots
+    assert [r.robot_id for r in robots] == ["b", "a"]
+    assert robots[0].descriptor is None and robots[1].labels == {"platform": "spot"}
+    store.put_robot(_robot("a"))
+    a = store.load().robots[1]
+    assert a.descriptor is not None
+    np.testing.assert_array_equal(a.descriptor.var, [0.5, 0.25])
+    np.testing.assert_array_equal(a.summaries["basis"], np.eye(2))
+
+
+def test_run_rounds_and_updates_follow_the_transitions(store: Store) -> None:
+    assert store.load().run is None
+    r0 = RoundRecord(0, ("a", "b"), 1.0, 5.0)
+    store.start_run(RunRecord("initial", _checkpoint(0), r0))
+    with pytest.raises(RuntimeError, match="already started"):
+        store.start_run(RunRecord("initial", _checkpoint(0), r0))
+    store.add_update(UpdateRecord(0, "a", 10, 3, {"loss": 0.5}, "upd-a"))
+    with pytest.raises(Exception, match=r"already recorded|UNIQUE"):
+        store.add_update(UpdateRecord(0, "a", 10, 3, {}, "upd-a"))
+    snap = store.load()
+    assert snap.run is not None and snap.run.open_round == r0 and not snap.run.finished
+    assert snap.run.checkpoint.meta == {"tau": 0.5, "M": [[1, 1]]}  # stored as JSON
+    assert [u.robot_id for u in snap.updates] == ["a"] and snap.updates[0].metrics == {"loss": 0.5}
+
+    closed = RoundRecord(0, ("a", "b"), 1.0, 5.0, closed_at=6.0, reported=("a",), closed_by="q")
+    r1 = RoundRecord(1, ("a", "b"), 6.0, 10.0)
+    store.close_round(closed, _checkpoint(1, "ck1"), r1)
+    snap = store.load()
+    assert snap.updates == [] and snap.history == [closed]
+    assert snap.run is not None and snap.run.open_round == r1
+    assert snap.run.checkpoint.rounds_done == 1 and snap.run.checkpoint.blob == "ck1"
+
+    store.save_checkpoint(Checkpoint(1, ("a", "b", "c"), 2, {}, "ck1b"))
+    assert store.load().run.checkpoint.members == ("a", "b", "c")  # type: ignore[union-attr]
+    store.close_round(
+        RoundRecord(1, ("a", "b"), 6.0, 10.0, 11.0, ("a", "b"), "all"), _checkpoint(2), None
+    )
+    snap = store.load()
+    assert snap.run is not None and snap.run.finished and snap.run.open_round is None
+    assert [h.round for h in snap.history] == [0, 1]
+
+
+def test_blobs_are_safetensors_published_only_on_commit(store: Store, tmp_path: Path) -> None:
+    groups = {
+        "cluster/0": {"w": np.arange(6, dtype=np.float32).reshape(2, 3)},
+        "x": {"n": np.array(3)},
+    }
+    write_blob(store, "ck", groups, chunk_bytes=5)
+    reader = BlobReader(store, "ck")
+    out = reader.read_all()
+    np.testing.assert_array_equal(out["cluster/0"]["w"], groups["cluster/0"]["w"])
+    lazy = reader.lazy("cluster/0")
+    assert list(lazy) == ["w"] and len(lazy) == 1 and "zz" not in lazy
+    out["cluster/0"]["w"][0, 0] = 7  # arrays read back are writable copies
+    assert reader.tensor("cluster/0", "w")[0, 0] == 0
+
+    writer = store.blob_writer("half")
+    writer.write(b"partial")
+    writer.abort()
+    with pytest.raises(RuntimeError), store.blob_writer("boom") as w:
+        w.write(b"x")
+        raise RuntimeError("crash while writing")
+    assert store.blob_keys() == ["ck"]
+    assert store.collect_garbage(keep=set()) == ["ck"] and store.blob_keys() == []
+    if isinstance(store, SqliteStore):
+        write_blob(store, "ck", groups)
+        plain = load_file(str(store.blob_dir / "ck.safetensors"))
+        np.testing.assert_array_equal(plain["cluster/0/w"], groups["cluster/0"]["w"])
+        assert not list(store.blob_dir.glob(".*"))  # no temp files left
+
+
+def test_sqlite_state_survives_reopening(tmp_path: Path) -> None:
+    s = SqliteStore(tmp_path / "state")
+    s.put_robot(_robot("a"))
+    s.start_run(RunRecord("initial", _checkpoint(0), RoundRecord(0, ("a",), 1.0, 2.0)))
+    s.add_update(UpdateRecord(0, "a", 10, 1, {}, "upd"))
+    write_blob(s, "upd", {"state": {"w": np.ones(3)}})
+    (s.blob_dir / ".upd.safetensors.dead.tmp").write_bytes(b"left by a crash")
+    s.close()
+    again = SqliteStore(tmp_path / "state")
+    snap = again.load()
+    assert [r.robot_id for r in snap.robots] == ["a"]
+    assert snap.run is not None and snap.run.open_round is not None
+    assert [u.blob for u in snap.updates] == ["upd"]
+    np.testing.assert_array_equal(BlobReader(again, "upd").tensor("state", "w"), np.ones(3))
+    assert not list(again.blob_dir.glob(".*.tmp"))
+    again.close()
