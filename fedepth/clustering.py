@@ -199,15 +199,15 @@ def _maximal_rows(S: sparse.csr_matrix) -> np.ndarray:
 
 
 def _canonical_order(m: BoolArray) -> BoolArray:
+    """Rows sorted by (first member, larger first, membership bytes): a total order, since the
+    rows of a merged map are distinct."""
     if m.shape[0] <= 1:
         return m
     first = m.argmax(axis=1)
     size = m.sum(axis=1)
-    # Rows of a merged map are distinct and no row contains another, so (first member, -size,
-    # the membership pattern itself) is a total order: lexsort on the packed bytes breaks ties.
     packed = np.packbits(m, axis=1)
-    keys = [packed[:, j] for j in range(packed.shape[1] - 1, -1, -1)] + [-size, first]
-    return m[np.lexsort(keys)]
+    order = sorted(range(m.shape[0]), key=lambda r: (first[r], -size[r], packed[r].tobytes()))
+    return m[np.asarray(order)]
 
 
 def overlap_ratio(M_star: npt.ArrayLike) -> float:
@@ -301,9 +301,10 @@ def calibrate_tau(
     The map only changes at the distinct off-diagonal values of A, so those values are the
     candidate thresholds (tau = a value includes that pair). With at most ``exhaustive_limit``
     candidates every one is evaluated. Beyond that, the search looks at the smallest values
-    first (a growing fraction of the pairs: 1 %, 4 %, 16 %, ... all): a grid over the sorted
-    candidates, narrowed to the neighbours of the best grid point until the last grid holds every
-    candidate left (a local search: it can miss a better isolated value). It stops as soon as the
+    first (a growing fraction of the pairs: min(1 %, 16 / N), then 4x more each time, up to
+    all): a grid over the sorted candidates, narrowed to the neighbours of the best grid point
+    until the last grid holds every candidate left (a local search: it can miss a better
+    isolated value). It stops as soon as the
     overlap is within ``max(0.5 / N, OVERLAP_TOLERANCE)`` of the target, and widens the range
     while it is not, keeping the best over all ranges. Small ranges keep every evaluation sparse
     for the overlaps used in practice.
@@ -331,7 +332,7 @@ def calibrate_tau(
     # Close enough: within half a client, or a quarter of a percentage point for large fleets.
     tolerance = max(0.5 / n, OVERLAP_TOLERANCE)
     best_tau, best_err = np.inf, np.inf
-    fraction = 0.01
+    fraction = min(0.01, 16.0 / n)  # start near a handful of neighbours per client
     while True:
         pairs = _PairMap(a, _pair_quantile(a, fraction))
         cand = np.unique(pairs.a)
