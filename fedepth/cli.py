@@ -222,9 +222,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "hpe",
         "small",
         seed=args.seed,
-        rounds=8,
-        local_steps=4,
-        last_rounds=3,
+        rounds=5,
+        local_steps=3,
+        last_rounds=2,
+        pretrain_steps=300,
         model="newcrfs-lite",
     )
     out = Path(args.out or "runs/demo")
