@@ -70,6 +70,12 @@ def run_node(name: str, make: Callable[[], WorkerNode], args: list[str] | None =
     except (KeyboardInterrupt, ExternalShutdownException):
         get_logger(f"{name}.exit").info("interrupted; shutting down")
         return 0
+    except Exception:
+        if rclpy.ok():
+            raise
+        # SIGTERM shut the context down while the executor was building its wait set
+        get_logger(f"{name}.exit").info("terminated; shutting down")
+        return 0
     finally:
         if node is not None:
             node.shutdown()

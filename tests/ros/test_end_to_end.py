@@ -29,7 +29,7 @@ from fedepth_coordinator.domain import Phase
 from fedepth_coordinator.simulate import CoordinatorProcess
 from fedepth_ros import conversions as cv
 
-from .test_bag_player import Listener
+from .conftest import Listener
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -150,7 +150,7 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
     depth_topics = {
         "/unseen/depth_pred": Image,
         "/unseen/depth_pred/camera_info": CameraInfo,
-        "/unseen/fedepth/route": String,
+        "/unseen/fedepth/route#latched": String,
     }
     listener = Listener(domain, {**status_topics, **depth_topics})
     ops = CoordinatorClient(open_channel(address), "ops", ops_token, wait_for_ready=True)
@@ -211,6 +211,7 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
             "queue_size": 16,
         }
         processes.node("depth", "fedepth_ros.depth_node", "unseen", depth_params)
+        assert listener.wait_for_publishers(["/unseen/depth_pred"], timeout=60)
         player = [sys.executable, "-m", "fedepth_ros.bag_player", str(unseen_bag)]
         player += [
             "--topics",
@@ -236,7 +237,7 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
         listener.close()
         coordinator.stop()
 
-    route = json.loads(listener.received["/unseen/fedepth/route"][-1][1].data)
+    route = json.loads(listener.received["/unseen/fedepth/route#latched"][-1][1].data)
     assert route["source"] == "coordinator" and route["clusters"], route
     assert len(route["weights"]) == len(route["clusters"])
     assert sum(route["weights"]) == pytest.approx(1.0)
