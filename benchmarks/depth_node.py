@@ -108,28 +108,43 @@ class Client:
         rclpy.shutdown(context=self.context)
 
 
-def round_trip(client: Client, rgb: np.ndarray, i: int) -> float:
-    """Publish image ``i`` and wait for its depth; seconds from publish() to arrival."""
+def round_trip(client: Client, rgb: np.ndarray, i: int, timeout: float) -> float | None:
+    """Publish image ``i`` and wait for its depth; seconds from publish() to arrival, or None
+    when it never came (the node's image subscription is best effort: large frames can be
+    lost on a busy machine)."""
     msg = numpy_to_image(rgb, "rgb8", stamp_ns=i, frame_id="camera")
     start = time.perf_counter()
     client.pub.publish(msg)
     with client.cond:
-        if not client.cond.wait_for(lambda: i in client.received, 30.0):
-            raise RuntimeError(f"no depth for frame {i} within 30 s")
+        if not client.cond.wait_for(lambda: i in client.received, timeout):
+            return None
         return client.received[i] - start
 
 
 def measure(
     client: Client, forward: Forward, rgb: np.ndarray, n: int, warmup: int = 3
-) -> tuple[list[float], list[float]]:
-    """Interleaved: one bare forward, one node round trip (both see the same machine load)."""
-    fwd, lat = [], []
-    for i in range(1, n + warmup + 1):
-        f, r = forward(), round_trip(client, rgb, i)
+) -> tuple[list[float], list[float], int]:
+    """Interleaved: one bare forward, one node round trip (both see the same machine load).
+
+    Returns forward times, latencies and the number of images that got no depth."""
+    fwd: list[float] = []
+    lat: list[float] = []
+    lost = 0
+    i = 0
+    while len(lat) < n:
+        i += 1
+        f = forward()
+        timeout = max(2.0, 20 * f)
+        r = round_trip(client, rgb, i, timeout)
+        if r is None:
+            lost += 1
+            if lost > n:
+                raise RuntimeError(f"{lost} images got no depth; is depth_node running?")
+            continue
         if i > warmup:
             fwd.append(f)
             lat.append(r)
-    return fwd, lat
+    return fwd, lat, lost
 
 
 def measure_throughput(client: Client, rgb: np.ndarray, hz: float, seconds: float) -> float:
@@ -198,7 +213,7 @@ def main() -> int:
         try:
             if not client.wait_matched(120.0):
                 raise RuntimeError("depth_node did not come up within 120 s")
-            forward, latency = measure(client, Forward(model, rgb, device), rgb, args.frames)
+            forward, latency, lost = measure(client, Forward(model, rgb, device), rgb, args.frames)
             throughput = measure_throughput(client, rgb, args.flood_hz, args.flood_s)
         finally:
             client.close()
@@ -224,6 +239,7 @@ def main() -> int:
         "overhead_ms": (lat - fwd) * 1e3,
         "overhead_pct": 100.0 * (lat - fwd) / fwd,
         "throughput_hz": throughput,
+        "lost_in_latency_run": lost,
         "forward_bound_hz": 1.0 / fwd,
         "target_overhead_pct": 10.0,
     }
@@ -234,7 +250,7 @@ def main() -> int:
             f"depth_node {args.model} {width}x{height} on {device} ({args.threads} thread(s))\n"
             f"  bare forward      median {result['forward_ms']['median']:8.2f} ms\n"
             f"  publish->depth    median {lat * 1e3:8.2f} ms  p95 "
-            f"{result['latency_ms']['p95']:.2f} ms\n"
+            f"{result['latency_ms']['p95']:.2f} ms ({lost} image(s) lost, re-sent)\n"
             f"  node overhead     {result['overhead_ms']:8.2f} ms = "
             f"{result['overhead_pct']:.1f} % of forward (target < 10 %)\n"
             f"  throughput        {throughput:8.2f} Hz (forward bound {1 / fwd:.2f} Hz)\n"

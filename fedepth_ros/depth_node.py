@@ -29,9 +29,11 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profi
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
 
+from fedepth.descriptor import Descriptor
 from fedepth.strategies import RouteDecision
 from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient
 from fedepth_ros import conversions as cv
+from fedepth_ros.drift import DriftMonitor
 from fedepth_ros.learner import DepthPredictor, build_model, resolve_device
 from fedepth_ros.node_common import NodeConfigError, WorkerNode, connect, run_node
 from fedepth_ros.params import DEPTH_NODE, declare_parameters
@@ -70,10 +72,12 @@ class DepthNode(WorkerNode):
             self.predictor = DepthPredictor(model, resolve_device(str(p["device"])))
         except (ValueError, OSError, KeyError) as exc:
             raise NodeConfigError(f"depth_node: {exc}") from None
-        if bool(p["reroute"]):
-            self.get_logger().warning(
-                "reroute is not implemented yet: the first route is kept for the whole run"
-            )
+        self.reroute = bool(p["reroute"])
+        if self.reroute and not self.coordinator:
+            self.get_logger().warning("reroute needs a coordinator; keeping the local model")
+            self.reroute = False
+        self.monitor: DriftMonitor | None = None
+        self.reroutes = 0
         self.queue: DropOldestQueue[Image] = DropOldestQueue(int(p["queue_size"]))
         self._k: np.ndarray | None = None
         self.stop = threading.Event()
@@ -81,6 +85,7 @@ class DepthNode(WorkerNode):
         self._client: CoordinatorClient | None = None
         self.ready = False
         self.decision: RouteDecision | None = None
+        self.routed_descriptor: Descriptor | None = None
         self.processed = 0
         self.infer_seconds = 0.0
 
@@ -139,26 +144,39 @@ class DepthNode(WorkerNode):
                     continue
                 if self.ready:
                     self._infer(msg, rgb)
+                    if self.monitor is not None:
+                        self._watch(self.monitor, rgb)
                     continue
                 pending.append((msg, rgb))
                 if len(pending) >= self.descriptor_frames and self._route([r for _, r in pending]):
                     self.ready = True
+                    if self.reroute:
+                        self.monitor = self._make_monitor()
                     for m, r in pending:
                         self._infer(m, r)
+                        if self.monitor is not None:
+                            self._watch(self.monitor, r)
                     pending.clear()
         except Exception as exc:  # the worker must report, not die silently
             log.error(f"worker failed: {type(exc).__name__}: {exc}")
+
+    def _client_once(self) -> CoordinatorClient:
+        with self._lock:
+            if self._client is None:
+                p = self.params
+                self._client = connect(
+                    self.coordinator,
+                    str(p["robot_id"]),
+                    str(p["token_file"]),
+                    str(p["tls_ca_file"]),
+                )
+            return self._client
 
     def _route(self, frames: list[np.ndarray]) -> bool:
         """Descriptor -> Route -> load the averaged model; True once loaded (False: stopping)."""
         log = self.get_logger()
         descriptor = self.predictor.features(frames, self.descriptor_frames, seed=0)
-        p = self.params
-        client = connect(
-            self.coordinator, str(p["robot_id"]), str(p["token_file"]), str(p["tls_ca_file"])
-        )
-        with self._lock:
-            self._client = client
+        client = self._client_once()
         backoff = 0.5
         while not self.stop.is_set():
             try:
@@ -175,14 +193,63 @@ class DepthNode(WorkerNode):
                 backoff = min(10.0, backoff * 2)
         else:
             return False
+        self._apply(decision, descriptor)
+        return True
+
+    def _apply(self, decision: RouteDecision, descriptor: Descriptor) -> None:
         self.predictor.load_state(decision.state, source=f"route {decision.clusters}")
         self.decision = decision
+        self.routed_descriptor = descriptor
         self._publish_route("coordinator", decision.clusters, decision.weights)
-        log.info(
+        self.get_logger().info(
             f"routed {descriptor.num_frames} frames to clusters {decision.clusters} "
             f"(weights {[round(w, 3) for w in decision.weights]})"
         )
-        return True
+
+    # -- re-routing (off by default) -----------------------------------------------------------
+    def _make_monitor(self) -> DriftMonitor | None:
+        p = self.params
+        reference = self.routed_descriptor
+        if reference is None:
+            return None
+        try:
+            tau = self._client_once().cluster_map().tau
+        except CoordinatorCallError as exc:
+            self.get_logger().warning(f"no re-routing: cluster map unavailable ({exc})")
+            return None
+        if tau is None or not tau > 0:
+            why = "has no tau" if tau is None else f"has tau {tau:g}; drift is measured in tau"
+            self.get_logger().warning(f"no re-routing: the coordinator's strategy {why}")
+            return None
+        self.get_logger().info(f"re-routing on: drift against tau {tau:.4g}")
+        return DriftMonitor(
+            reference,
+            tau,
+            window=int(p["reroute_window"]),
+            check_period=int(p["reroute_check_period"]),
+            enter=float(p["reroute_enter"]),
+            exit=float(p["reroute_exit"]),
+            patience=int(p["reroute_patience"]),
+            cooldown_s=float(p["reroute_cooldown"]),
+        )
+
+    def _watch(self, monitor: DriftMonitor, rgb: np.ndarray) -> None:
+        """Feed the drift monitor; on sustained drift, route the window (one attempt)."""
+        window = monitor.add(self.predictor.gem(rgb))
+        if window is None:
+            return
+        self.get_logger().info(
+            f"scene drift: divergence {monitor.last_divergence:.4g} > "
+            f"{monitor.enter:g} x tau {monitor.tau:.4g}; re-routing"
+        )
+        try:
+            decision = self._client_once().route(window, include_model=True)
+        except CoordinatorCallError as exc:
+            self.get_logger().warning(f"re-route failed, keeping the current model: {exc}")
+            return
+        self._apply(decision, window)
+        monitor.rerouted(window)
+        self.reroutes += 1
 
     def _publish_route(self, source: str, clusters: list[int], weights: list[float]) -> None:
         payload = {

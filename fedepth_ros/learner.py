@@ -205,6 +205,11 @@ class DepthPredictor:
         out[~np.isfinite(depth)] = np.nan
         return out
 
+    def gem(self, rgb: np.ndarray) -> np.ndarray:
+        """The GeM vector (C,) of one RGB frame under this model's encoder (drift watching)."""
+        extractor = DescriptorExtractor(self.model.forward_features, device=self.device)
+        return extractor.pooled(image_to_tensor(rgb)[None]).numpy()[0].astype(np.float64)
+
     def features(self, frames: Sequence[np.ndarray], num_frames: int, seed: int) -> Descriptor:
         """The descriptor of RGB frames under this model's (frozen) encoder."""
         extractor = DescriptorExtractor(

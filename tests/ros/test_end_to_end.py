@@ -137,7 +137,8 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
             "server": {"host": "127.0.0.1", "port": 0, "max_wait_s": 2.0, "grace_s": 0.5},
             "auth": {"credentials_file": str(creds)},
             "rounds": {"num_rounds": 2, "min_robots": 2, "deadline_s": 120.0},
-            "strategy": {"name": "fedepth", "params": {"overlap": 0.5}},
+            # a fixed tau: with two robots a calibrated one can be 0, and re-routing scales by tau
+            "strategy": {"name": "fedepth", "params": {"tau": 1000.0}},
             "model": {"initial_weights": str(initial)},
             "state": {"dir": str(tmp_path / "state"), "backend": "sqlite"},
         }
@@ -209,6 +210,14 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
             "token_file": token_files[principal],
             "descriptor_frames": DESCRIPTOR_FRAMES,
             "queue_size": 16,
+            # re-routing with thresholds that any change trips: exercises drift -> Route
+            "reroute": "true",
+            "reroute_window": 2,
+            "reroute_check_period": 1,
+            "reroute_enter": 0.0,
+            "reroute_exit": 0.0,
+            "reroute_patience": 1,
+            "reroute_cooldown": 0.0,
         }
         processes.node("depth", "fedepth_ros.depth_node", "unseen", depth_params)
         assert listener.wait_for_publishers(["/unseen/depth_pred"], timeout=60)
@@ -224,11 +233,12 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
         processes.start("player_unseen", [*player, "--ros-args", "-r", "__ns:=/unseen"])
         seq = M3EDSequence(*(smoke_hpe / f"{UNSEEN}{s}.h5" for s in ("_data", "_depth_gt")))
         stamps = [f.stamp_ns for f in seq]
-        if not listener.wait_for({"/unseen/depth_pred": len(stamps)}, timeout=90):
+        assert processes.procs["player_unseen"].wait(90) == 0, processes.log("player_unseen")
+        # images travel best effort (sensor-data QoS): on a loaded machine one may be lost
+        if not listener.wait_for({"/unseen/depth_pred": len(stamps)}, timeout=20):
             assert len(listener.received["/unseen/depth_pred"]) >= DESCRIPTOR_FRAMES, (
                 processes.logs()
             )
-        assert processes.procs["player_unseen"].wait(30) == 0, processes.log("player_unseen")
         assert processes.interrupt("depth") == 0, processes.log("depth")
         for ns in ROBOTS:
             assert processes.interrupt(ns) == 0, processes.log(ns)
@@ -256,6 +266,9 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
     np.testing.assert_allclose(cv.k_from_camera_info(infos[0]), seq[0].K)
     log = processes.log("depth")
     assert f"routed {DESCRIPTOR_FRAMES} frames to clusters" in log
+    assert "re-routing on: drift against tau" in log and "scene drift: divergence" in log, log
+    assert "routed 2 frames to clusters" in log  # the window's descriptor was routed
+    assert len(listener.received["/unseen/fedepth/route#latched"]) >= 2
     print(
         f"end to end: {len(preds)}/{len(stamps)} depth frames, {time.monotonic() - started:.1f} s"
     )
