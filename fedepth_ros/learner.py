@@ -120,7 +120,11 @@ class BufferLearner:
             self._state = replace(self._state, **changes)
 
     def _frames(self, n: int) -> list[Frame]:
-        return [f for f in self.buffer.sample(n, self._rng) if isinstance(f, Frame)]
+        """``n`` buffered frames (from memory or the spill directory) as fedepth Frames."""
+        return [
+            f if isinstance(f, Frame) else Frame(f.rgb, f.depth, f.K, f.stamp_ns)
+            for f in self.buffer.sample(n, self._rng)
+        ]
 
     def descriptor(self) -> Descriptor:
         """The descriptor of ``descriptor_frames`` frames sampled from the buffer."""
