@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -219,9 +220,12 @@ def main() -> int:
             client.close()
             node.send_signal(2)
             try:
-                node.communicate(timeout=30)
+                node_log = node.communicate(timeout=30)[0]
             except subprocess.TimeoutExpired:
                 node.kill()
+                node_log = ""
+    found = re.search(r"mean inference ([0-9.]+) ms", node_log)
+    in_node_ms = float(found.group(1)) if found else None
 
     fwd = float(np.median(forward))
     lat = float(np.median(latency))
@@ -238,6 +242,7 @@ def main() -> int:
         },
         "overhead_ms": (lat - fwd) * 1e3,
         "overhead_pct": 100.0 * (lat - fwd) / fwd,
+        "in_node_inference_ms": in_node_ms,
         "throughput_hz": throughput,
         "lost_in_latency_run": lost,
         "forward_bound_hz": 1.0 / fwd,
@@ -251,6 +256,8 @@ def main() -> int:
             f"  bare forward      median {result['forward_ms']['median']:8.2f} ms\n"
             f"  publish->depth    median {lat * 1e3:8.2f} ms  p95 "
             f"{result['latency_ms']['p95']:.2f} ms ({lost} image(s) lost, re-sent)\n"
+            f"  in-node predict   mean   {in_node_ms or float('nan'):8.2f} ms "
+            "(conversion + forward + clip, whole run)\n"
             f"  node overhead     {result['overhead_ms']:8.2f} ms = "
             f"{result['overhead_pct']:.1f} % of forward (target < 10 %)\n"
             f"  throughput        {throughput:8.2f} Hz (forward bound {1 / fwd:.2f} Hz)\n"

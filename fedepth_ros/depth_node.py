@@ -24,6 +24,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+from rclpy.logging import get_logger
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, Image
@@ -124,6 +125,12 @@ class DepthNode(WorkerNode):
         if client is not None:
             client.close()
         self.worker.join(timeout=30.0)
+        if self.processed:
+            mean_ms = 1e3 * self.infer_seconds / self.processed
+            get_logger(f"{NODE_NAME}.exit").info(
+                f"{self.processed} frames, mean inference {mean_ms:.2f} ms, "
+                f"{self.queue.dropped} dropped from the queue, {self.reroutes} re-routes"
+            )
 
     def _work(self) -> None:
         log = self.get_logger()
