@@ -70,7 +70,7 @@ DEPTH_NODE: ParamSpec = {
     "reroute": (False, "re-route when the scene drifts (e.g. outdoors -> indoors)"),
     "reroute_window": (32, "frames in the sliding descriptor window"),
     "reroute_check_period": (8, "frames between drift checks"),
-    "reroute_enter": (1.0, "drifting: divergence to the routed clusters > enter * tau"),
+    "reroute_enter": (1.0, "drifting: window divergence from the routed descriptor > enter*tau"),
     "reroute_exit": (0.7, "hysteresis: back below exit * tau cancels a pending drift"),
     "reroute_patience": (3, "consecutive drifting checks before asking for a new route"),
     "reroute_cooldown": (10.0, "seconds after a re-route before the next one"),
