@@ -20,6 +20,7 @@ import queue
 import sys
 import threading
 import time
+from collections import deque
 from typing import Any
 
 import grpc
@@ -88,7 +89,7 @@ class DepthNode(WorkerNode):
         self.decision: RouteDecision | None = None
         self.routed_descriptor: Descriptor | None = None
         self.processed = 0
-        self.infer_seconds = 0.0
+        self.infer_seconds: deque[float] = deque(maxlen=10_000)
 
         self.create_subscription(Image, "image", self._on_image, qos_profile_sensor_data)
         self.create_subscription(
@@ -126,9 +127,10 @@ class DepthNode(WorkerNode):
             client.close()
         self.worker.join(timeout=30.0)
         if self.processed:
-            mean_ms = 1e3 * self.infer_seconds / self.processed
+            times = np.asarray(self.infer_seconds) * 1e3
             get_logger(f"{NODE_NAME}.exit").info(
-                f"{self.processed} frames, mean inference {mean_ms:.2f} ms, "
+                f"{self.processed} frames, inference median {np.median(times):.2f} ms, "
+                f"mean {times.mean():.2f} ms, "
                 f"{self.queue.dropped} dropped from the queue, {self.reroutes} re-routes"
             )
 
@@ -272,7 +274,7 @@ class DepthNode(WorkerNode):
     def _infer(self, msg: Image, rgb: np.ndarray) -> None:
         start = time.perf_counter()
         depth = self.predictor.predict(rgb)
-        self.infer_seconds += time.perf_counter() - start
+        self.infer_seconds.append(time.perf_counter() - start)
         self.processed += 1
         stamp_ns = cv.stamp_to_ns(msg.header.stamp)
         out = cv.meters_to_depth_image(
