@@ -51,6 +51,7 @@ from fedepth.models import create_model, save_weights
 from fedepth_ros.bag_writer import synthetic_frames
 from fedepth_ros.conversions import numpy_to_image, stamp_to_ns
 from fedepth_ros.learner import resolve_device
+from fedepth_ros.node_common import tune_allocator
 
 ROOT = Path(__file__).resolve().parents[1]
 MIN_DEPTH, MAX_DEPTH = 0.1, 10.0
@@ -207,6 +208,7 @@ def main() -> int:
     args = parser.parse_args()
     width, height = (int(v) for v in args.size.lower().split("x"))
     torch.set_num_threads(args.threads)
+    tune_allocator()  # the node does this at start: the bare forward runs under the same malloc
     device = resolve_device(args.device)
     rgb = synthetic_frames(1, width=width, height=height)[0].rgb
     domain = 1 + os.getpid() % 100

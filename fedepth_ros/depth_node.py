@@ -67,6 +67,8 @@ class DepthNode(WorkerNode):
             raise NodeConfigError("descriptor_frames and queue_size must be >= 1")
         if not self.coordinator and not self.weights:
             raise NodeConfigError("set coordinator (to route a model) or weights (a local model)")
+        if self.coordinator and ":" not in self.coordinator:
+            raise NodeConfigError(f"coordinator must be host:port, got {self.coordinator!r}")
         try:
             model = build_model(
                 str(p["model"]), float(p["min_depth"]), float(p["max_depth"]), self.weights
@@ -273,7 +275,14 @@ class DepthNode(WorkerNode):
 
     def _infer(self, msg: Image, rgb: np.ndarray) -> None:
         start = time.perf_counter()
-        depth = self.predictor.predict(rgb)
+        try:
+            depth = self.predictor.predict(rgb)
+        except (RuntimeError, ValueError) as exc:  # e.g. an image too small for the encoder
+            self.get_logger().warning(
+                f"no depth for a {rgb.shape[1]}x{rgb.shape[0]} image: {exc}",
+                throttle_duration_sec=5.0,
+            )
+            return
         self.infer_seconds.append(time.perf_counter() - start)
         self.processed += 1
         stamp_ns = cv.stamp_to_ns(msg.header.stamp)

@@ -55,6 +55,8 @@ class RobotNode(WorkerNode):
                 raise NodeConfigError(f"{name} must be >= 1, got {p[name]}")
         if int(p["batch_size"]) < 1 or not float(p["status_period"]) > 0:
             raise NodeConfigError("batch_size must be >= 1 and status_period > 0")
+        if ":" not in str(p["coordinator"]):
+            raise NodeConfigError(f"coordinator must be host:port, got {p['coordinator']!r}")
         if (int(p["train_height"]) > 0) != (int(p["train_width"]) > 0):
             raise NodeConfigError("set both train_height and train_width, or neither")
         size = (int(p["train_height"]), int(p["train_width"])) if p["train_height"] else None

@@ -164,7 +164,7 @@ def test_robot_node_buffers_pairs_and_reports_status_and_diagnostics(
     [
         ("depth_node", {"coordinator": '""'}, "set coordinator (to route a model) or weights"),
         ("robot_node", {"buffer_size": 0}, "buffer_size must be >= 1, got 0"),
-        ("robot_node", {"device": "tpu"}, "device must be auto, cpu, cuda or cuda:N"),
+        ("robot_node", {"coordinator": "nohost"}, "coordinator must be host:port, got 'nohost'"),
         ("depth_node", {"weights": "/nonexistent.safetensors"}, "/nonexistent.safetensors"),
     ],
 )
