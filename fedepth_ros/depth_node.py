@@ -36,7 +36,7 @@ from fedepth.strategies import RouteDecision
 from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient
 from fedepth_ros import conversions as cv
 from fedepth_ros.drift import DriftMonitor
-from fedepth_ros.learner import DepthPredictor, build_model, resolve_device
+from fedepth_ros.learner import DepthPredictor, build_model, describe, resolve_device
 from fedepth_ros.node_common import NodeConfigError, WorkerNode, connect, run_node
 from fedepth_ros.params import DEPTH_NODE, declare_parameters
 from fedepth_ros.sync import DropOldestQueue
@@ -186,12 +186,12 @@ class DepthNode(WorkerNode):
     def _route(self, frames: list[np.ndarray]) -> bool:
         """Descriptor -> Route -> load the averaged model; True once loaded (False: stopping)."""
         log = self.get_logger()
-        descriptor = self.predictor.features(frames, self.descriptor_frames, seed=0)
+        descriptor, summaries = self.predictor.features(frames, self.descriptor_frames, seed=0)
         client = self._client_once()
         backoff = 0.5
         while not self.stop.is_set():
             try:
-                decision = client.route(descriptor, include_model=True)
+                decision = client.route(descriptor, include_model=True, summaries=summaries)
                 break
             except CoordinatorCallError as exc:
                 if self.stop.is_set():
@@ -254,7 +254,8 @@ class DepthNode(WorkerNode):
             f"{monitor.enter:g} x tau {monitor.tau:.4g}; re-routing"
         )
         try:
-            decision = self._client_once().route(window, include_model=True)
+            summaries = describe(np.stack(monitor.vectors))[1]
+            decision = self._client_once().route(window, include_model=True, summaries=summaries)
         except CoordinatorCallError as exc:
             self.get_logger().warning(f"re-route failed, keeping the current model: {exc}")
             return

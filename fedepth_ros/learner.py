@@ -18,14 +18,20 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from fedepth.clustering import subspace_basis
 from fedepth.data.sequence import Frame
 from fedepth.data.torchdata import resize_frame
 from fedepth.descriptor import Descriptor, DescriptorExtractor, image_to_tensor
 from fedepth.models import DepthModel, create_model, load_weights, set_state
 from fedepth.strategies import ClientUpdate, TrainTask, make_client_hook
 from fedepth.strategies.aggregate import State
+from fedepth.strategies.pacfl import BASIS_KEY
 from fedepth.training import LocalTrainer, OptimizerConfig, TrainConfig
+from fedepth_ros.drift import window_descriptor
 from fedepth_ros.sync import FrameBuffer
+
+#: PACFL subspace dimension sent with every descriptor (SimConfig.pacfl_basis).
+PACFL_BASIS = 3
 
 
 def resolve_device(name: str) -> torch.device:
@@ -41,6 +47,13 @@ def resolve_device(name: str) -> torch.device:
         return torch.device(name)
     except RuntimeError as exc:
         raise ValueError(f"device {name!r}: {exc}") from None
+
+
+def describe(gem_vectors: np.ndarray) -> tuple[Descriptor, dict[str, np.ndarray]]:
+    """Per-frame GeM vectors (n, D) -> the Gaussian descriptor and the summaries a strategy
+    may ask for (PACFL's subspace basis), from one encoder pass, as :mod:`fedepth.sim` does."""
+    basis = subspace_basis(np.asarray(gem_vectors).T, PACFL_BASIS)
+    return window_descriptor(gem_vectors), {BASIS_KEY: basis}
 
 
 def build_model(name: str, min_depth: float, max_depth: float, weights: str = "") -> DepthModel:
@@ -106,6 +119,7 @@ class BufferLearner:
         self.config = config
         self.device = resolve_device(config.device)
         self.memory: dict[str, State] = {}
+        self.summaries: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
         self._state = LearnerState()
         self._rng = np.random.default_rng(config.seed)
@@ -127,7 +141,8 @@ class BufferLearner:
         ]
 
     def descriptor(self) -> Descriptor:
-        """The descriptor of ``descriptor_frames`` frames sampled from the buffer."""
+        """The descriptor of ``descriptor_frames`` frames sampled from the buffer (and, in
+        ``summaries``, their PACFL subspace basis)."""
         self._update(phase="descriptor")
         frames = self._frames(self.config.descriptor_frames)
         if not frames:
@@ -144,7 +159,7 @@ class BufferLearner:
             seed=self.config.seed,
             device=self.device,
         )
-        descriptor = extractor.extract(frames, to_tensor=to_tensor)
+        descriptor, self.summaries = describe(extractor.per_frame(frames, to_tensor=to_tensor))
         self._update(descriptor_frames=descriptor.num_frames, phase="joined")
         return descriptor
 
@@ -214,9 +229,12 @@ class DepthPredictor:
         extractor = DescriptorExtractor(self.model.forward_features, device=self.device)
         return extractor.pooled(image_to_tensor(rgb)[None]).numpy()[0].astype(np.float64)
 
-    def features(self, frames: Sequence[np.ndarray], num_frames: int, seed: int) -> Descriptor:
-        """The descriptor of RGB frames under this model's (frozen) encoder."""
+    def features(
+        self, frames: Sequence[np.ndarray], num_frames: int, seed: int
+    ) -> tuple[Descriptor, dict[str, np.ndarray]]:
+        """The descriptor (and summaries, see :func:`describe`) of RGB frames under this
+        model's frozen encoder."""
         extractor = DescriptorExtractor(
             self.model.forward_features, num_frames=num_frames, seed=seed, device=self.device
         )
-        return extractor.extract(frames)
+        return describe(extractor.per_frame(frames))

@@ -173,7 +173,10 @@ class RobotNode(WorkerNode):
                     return
                 self._client = client
             profile = RobotProfile(
-                num_samples=len(self.buffer), descriptor=descriptor, labels={"source": "ros"}
+                num_samples=len(self.buffer),
+                descriptor=descriptor,
+                labels={"source": "ros"},
+                summaries=self.learner.summaries,
             )
             report = run_robot(client, profile, self._train, stop=self.stop, poll_s=POLL_S)
             self.finished = report.finished

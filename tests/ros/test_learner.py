@@ -12,6 +12,7 @@ import torch
 from fedepth.data.sequence import Frame
 from fedepth.models import get_state
 from fedepth.strategies import TrainTask
+from fedepth.strategies.pacfl import BASIS_KEY
 from fedepth_ros.learner import (
     BufferLearner,
     DepthPredictor,
@@ -63,6 +64,9 @@ def test_learner_descriptor_and_rounds_with_a_client_hook(tmp_path: Path) -> Non
         learner = BufferLearner("robot-x", model, buffer, config)
         descriptor = learner.descriptor()
         assert descriptor.num_frames == 5 and learner.state.phase == "joined"
+        basis = learner.summaries[BASIS_KEY]  # PACFL's summary goes with every descriptor
+        assert basis.shape == (descriptor.dim, 3)
+        np.testing.assert_allclose(basis.T @ basis, np.eye(3), atol=1e-8)
         for rnd in range(2):
             task = TrainTask(state=initial, hook="scaffold")
             update = learner.train(rnd, task)
