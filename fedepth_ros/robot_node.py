@@ -38,6 +38,8 @@ from fedepth_ros.sync import FrameBuffer, Pair, PairSync
 
 NODE_NAME = "robot_node"
 STATUS_TOPIC = "fedepth/status"
+#: A stamp this far behind the newest one is a jump back in time, not a late message.
+JUMP_BACK_NS = 500_000_000
 #: Long-poll of the round plan; a shutdown cancels it at once (the channel is closed).
 POLL_S = 5.0
 
@@ -90,6 +92,7 @@ class RobotNode(WorkerNode):
         except (ValueError, OSError, KeyError) as exc:
             raise NodeConfigError(f"robot_node {self.robot_id}: {exc}") from None
         self._k: np.ndarray | None = None
+        self._newest_stamp = -1
         self._lock = threading.Lock()
         self._no_camera_info = 0
         self._bad_messages = 0
@@ -126,7 +129,9 @@ class RobotNode(WorkerNode):
         except cv.ConversionError as exc:
             self._warn_bad("image", exc)
             return
-        self._take(self.sync.add_image(cv.stamp_to_ns(msg.header.stamp), rgb))
+        stamp = cv.stamp_to_ns(msg.header.stamp)
+        self._check_time(stamp)
+        self._take(self.sync.add_image(stamp, rgb))
 
     def _on_depth(self, msg: Image) -> None:
         try:
@@ -134,7 +139,20 @@ class RobotNode(WorkerNode):
         except cv.ConversionError as exc:
             self._warn_bad("depth", exc)
             return
-        self._take(self.sync.add_depth(cv.stamp_to_ns(msg.header.stamp), depth))
+        stamp = cv.stamp_to_ns(msg.header.stamp)
+        self._check_time(stamp)
+        self._take(self.sync.add_depth(stamp, depth))
+
+    def _check_time(self, stamp_ns: int) -> None:
+        """A stamp far behind the newest one: time jumped back; start pairing afresh."""
+        if stamp_ns < self._newest_stamp - JUMP_BACK_NS:
+            self.get_logger().info(
+                f"time jumped back {(self._newest_stamp - stamp_ns) / 1e9:.3f} s (bag loop?); "
+                "resetting the image/depth synchronizer"
+            )
+            self.sync.reset()
+            self._newest_stamp = stamp_ns
+        self._newest_stamp = max(self._newest_stamp, stamp_ns)
 
     def _take(self, pairs: list[Pair[np.ndarray, np.ndarray]]) -> None:
         for pair in pairs:

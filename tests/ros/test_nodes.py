@@ -118,6 +118,9 @@ def test_robot_node_buffers_pairs_and_reports_status_and_diagnostics(
     player = start_player(
         [
             str(bags["sqlite3"]),
+            "--loop",  # stamps start over each loop: the node must keep pairing
+            "--rate",
+            "4",
             "--wait-for-subscribers",
             "1",
             "--wait-timeout",
@@ -128,8 +131,6 @@ def test_robot_node_buffers_pairs_and_reports_status_and_diagnostics(
         ],
         ros_env,
     )
-    rc_player, player_log = finish(player)
-    assert rc_player == 0, player_log
 
     def last_status() -> dict[str, Any]:
         with listener.cond:
@@ -138,16 +139,22 @@ def test_robot_node_buffers_pairs_and_reports_status_and_diagnostics(
 
     with listener.cond:
         assert listener.cond.wait_for(
-            lambda: last_status().get("pairs", 0) >= N_FRAMES - 2, TIMEOUT
+            lambda: last_status().get("pairs", 0) >= N_FRAMES + 10, TIMEOUT
         ), last_status()
+    rc_player, player_log = stop(player)
+    assert rc_player == 0, player_log
     status = last_status()
     rc, log = stop(node)
     assert rc == 0 and "Traceback" not in log, log
-    # every frame pairs (equal stamps); every second one is kept; 4 in memory, 3 spilled
+    assert "time jumped back" in log and "resetting the image/depth synchronizer" in log
+    # every frame pairs (equal stamps), across bag loops; 4 kept in memory, 3 spilled
     buffer = status["buffer"]
     assert status["robot_id"] == "robot-x" and status["phase"] == "buffering"
-    assert buffer["capacity"] == 7 and buffer["kept"] == status["pairs"] // 2 + status["pairs"] % 2
-    assert buffer["size"] == min(7, buffer["kept"]) and status["error"] is None
+    # every second pair is kept (the status is a snapshot taken while frames arrive: +-1)
+    assert buffer["capacity"] == 7 and abs(buffer["kept"] - (status["pairs"] + 1) // 2) <= 1
+    # evicted frames reach the disk in the background: the snapshot may miss one being written
+    assert min(4, buffer["kept"]) <= buffer["size"] <= min(7, buffer["kept"])
+    assert status["error"] is None
     assert len(list((tmp_path / "spill").glob("*.npz"))) == min(3, max(0, buffer["kept"] - 4))
     diags = [
         s
