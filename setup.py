@@ -59,6 +59,8 @@ setup(
         "console_scripts": [
             "fedepth = fedepth.cli:main",
             "bag_player = fedepth_ros.bag_player:main",
+            "robot_node = fedepth_ros.robot_node:main",
+            "depth_node = fedepth_ros.depth_node:main",
             "fedepth-coordinator = fedepth_coordinator.cli:main",
         ],
     },

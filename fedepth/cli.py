@@ -406,6 +406,85 @@ def cmd_bag_test_scene(args: argparse.Namespace) -> int:
     return _write_bag(frames, args, {"fedepth.source": "test-scene"})
 
 
+class _Stamped:
+    """The frames of a sequence with strictly increasing stamps, read lazily.
+
+    Readers without timestamps (NYUv2's labeled set numbers its images) or whose first stamps do
+    not increase get ``index x period`` instead, so the bag replays at ``rate_hz``.
+    """
+
+    def __init__(self, seq: Any, rate_hz: float) -> None:
+        if not rate_hz > 0:
+            raise CliError(f"--rate must be > 0 Hz, got {rate_hz}")
+        if len(seq) == 0:
+            raise CliError(f"sequence {seq.name!r} has no frames")
+        self.seq = seq
+        self.period_ns = round(1e9 / rate_hz)
+        self.synthetic = seq.meta.source == "nyu" or (
+            len(seq) > 1 and seq[1].stamp_ns <= seq[0].stamp_ns
+        )
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def __iter__(self) -> Any:
+        for i, frame in enumerate(self.seq):
+            yield (
+                dataclasses.replace(frame, stamp_ns=i * self.period_ns)
+                if self.synthetic
+                else frame
+            )
+
+
+def _write_sequence(seq: Any, args: argparse.Namespace, source: dict[str, str]) -> int:
+    from fedepth.data import DataError
+
+    try:
+        with seq:
+            frames = _Stamped(seq, args.rate)
+            meta = seq.meta
+            custom = {
+                **source,
+                "fedepth.sequence": seq.name,
+                "fedepth.platform": meta.platform,
+                "fedepth.environment": meta.environment,
+                "fedepth.split": meta.split,
+                "fedepth.min_depth": f"{meta.min_depth:g}",
+                "fedepth.max_depth": f"{meta.max_depth:g}",
+                "fedepth.synthetic_stamps": str(frames.synthetic).lower(),
+            }
+            return _write_bag(frames, args, custom)
+    except DataError as exc:
+        raise CliError(str(exc)) from None
+
+
+def cmd_bag_from_m3ed(args: argparse.Namespace) -> int:
+    from fedepth.data import DataError, M3EDSequence
+
+    try:
+        seq = M3EDSequence(args.data, args.depth_gt)
+    except (DataError, OSError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    return _write_sequence(seq, args, {"fedepth.source": "m3ed"})
+
+
+def cmd_bag_from_sequence(args: argparse.Namespace) -> int:
+    from fedepth.data import DataError
+    from fedepth.data.scenario import MANIFEST, open_sequence, read_manifest
+
+    root = Path(args.scenario_dir)
+    try:
+        manifest = read_manifest(root)
+        entries = {e.get("name"): e for e in manifest["sequences"]}
+        if args.sequence not in entries:
+            known = ", ".join(sorted(str(n) for n in entries))
+            raise CliError(f"{root / MANIFEST}: no sequence {args.sequence!r} (known: {known})")
+        seq = open_sequence(root, entries[args.sequence], root / MANIFEST)
+    except (DataError, OSError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    return _write_sequence(seq, args, {"fedepth.source": seq.meta.source})
+
+
 def cmd_fleet_status(args: argparse.Namespace) -> int:
     """Print the coordinator's fleet table and cluster map (gRPC is imported only here)."""
     from fedepth_coordinator.client import (
@@ -648,6 +727,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=10.0, help="frame rate in Hz")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_bag_test_scene)
+    p = bag_sub.add_parser(
+        "from-m3ed",
+        help="write an M3ED sequence (RGB + depth reprojected into the RGB camera) as a bag",
+    )
+    p.add_argument("--data", required=True, metavar="X_data.h5", help="M3ED data file")
+    p.add_argument(
+        "--depth-gt", required=True, metavar="X_depth_gt.h5", help="M3ED depth ground truth"
+    )
+    _add_bag_writer_options(p)
+    p.add_argument(
+        "--rate", type=float, default=10.0, help="Hz of synthesised stamps (sequences without)"
+    )
+    p.set_defaults(func=cmd_bag_from_m3ed)
+    p = bag_sub.add_parser(
+        "from-sequence",
+        help="write any sequence of a scenario manifest (M3ED, NYUv2, KITTI) as a bag",
+    )
+    p.add_argument("--scenario-dir", required=True, metavar="DIR", help="holds manifest.json")
+    p.add_argument("--sequence", required=True, metavar="NAME", help="sequence name")
+    _add_bag_writer_options(p)
+    p.add_argument(
+        "--rate", type=float, default=10.0, help="Hz of synthesised stamps (NYUv2 has none)"
+    )
+    p.set_defaults(func=cmd_bag_from_sequence)
     _add_fleet_parser(sub)
     return parser
 

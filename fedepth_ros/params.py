@@ -27,8 +27,6 @@ BAG_PLAYER: ParamSpec = {
     "ack_timeout": (5.0, "at the end, wait this long for subscribers to acknowledge everything"),
 }
 
-# robot_node and depth_node are written in phase 2 of issue 7; their parameters are fixed here
-# and in config/robot.yaml, config/depth.yaml already (launch files set some of them).
 ROBOT_NODE: ParamSpec = {
     "robot_id": ("robot1", "this robot's client id at the coordinator"),
     "coordinator": ("localhost:50051", "host:port of the fedepth coordinator (gRPC)"),
@@ -46,6 +44,11 @@ ROBOT_NODE: ParamSpec = {
     "local_steps": (50, "optimizer steps per federated round"),
     "batch_size": (4, "frames per optimizer step"),
     "learning_rate": (0.0001, "local optimizer learning rate"),
+    "train_height": (
+        0,
+        "frames are resized to train_height x train_width for training (0 = as received)",
+    ),
+    "train_width": (0, "see train_height"),
     "device": ("auto", "auto | cpu | cuda | cuda:N"),
     "sync_slop": (0.02, "seconds: largest image/depth stamp difference of a pair"),
     "sync_queue_size": (10, "per-stream queue of the image/depth synchronizer"),
@@ -53,6 +56,7 @@ ROBOT_NODE: ParamSpec = {
 }
 
 DEPTH_NODE: ParamSpec = {
+    "robot_id": ("robot1", "principal whose credentials the node routes with"),
     "model": ("regression-lite", "fedepth.models registry name"),
     "weights": ("", "local safetensors weights; used alone when coordinator is ''"),
     "coordinator": ("localhost:50051", "host:port of the coordinator ('' = local weights only)"),
@@ -66,7 +70,7 @@ DEPTH_NODE: ParamSpec = {
     "reroute": (False, "re-route when the scene drifts (e.g. outdoors -> indoors)"),
     "reroute_window": (32, "frames in the sliding descriptor window"),
     "reroute_check_period": (8, "frames between drift checks"),
-    "reroute_enter": (1.0, "drifting: divergence to the routed clusters > enter * tau"),
+    "reroute_enter": (1.0, "drifting: window divergence from the routed descriptor > enter*tau"),
     "reroute_exit": (0.7, "hysteresis: back below exit * tau cancels a pending drift"),
     "reroute_patience": (3, "consecutive drifting checks before asking for a new route"),
     "reroute_cooldown": (10.0, "seconds after a re-route before the next one"),

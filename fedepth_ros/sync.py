@@ -117,6 +117,15 @@ class PairSync(Generic[A, B]):
         """Offer a depth image; returns the pairs this completes (usually zero or one)."""
         return self._add(1, int(stamp_ns), item)
 
+    def reset(self) -> None:
+        """Forget queued items and the late-item watermarks (time jumped back: a bag looped,
+        a simulator restarted); the counters keep counting, queued items count as dropped."""
+        with self._lock:
+            for s in (0, 1):
+                self._dropped[s] += len(self._queues[s])
+                self._queues[s].clear()
+                self._watermark[s] = -1
+
     def stats(self) -> SyncStats:
         with self._lock:
             return SyncStats(

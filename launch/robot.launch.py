@@ -65,6 +65,7 @@ def generate_launch_description() -> LaunchDescription:
     coordinator = ParameterValue(LaunchConfiguration("coordinator"), value_type=str)
     token_file = ParameterValue(LaunchConfiguration("token_file"), value_type=str)
     log_level = ["--log-level", LaunchConfiguration("log_level")]
+    robot_id = ParameterValue(LaunchConfiguration("robot_id"), value_type=str)
     robot_node = Node(
         package=PACKAGE,
         executable="robot_node",
@@ -74,7 +75,7 @@ def generate_launch_description() -> LaunchDescription:
         parameters=[
             LaunchConfiguration("params_file"),
             {
-                "robot_id": ParameterValue(LaunchConfiguration("robot_id"), value_type=str),
+                "robot_id": robot_id,
                 "coordinator": coordinator,
                 "token_file": token_file,
             },
@@ -95,7 +96,7 @@ def generate_launch_description() -> LaunchDescription:
         condition=IfCondition(LaunchConfiguration("use_depth_node")),
         parameters=[
             LaunchConfiguration("depth_params_file"),
-            {"coordinator": coordinator, "token_file": token_file},
+            {"robot_id": robot_id, "coordinator": coordinator, "token_file": token_file},
         ],
         remappings=[
             ("image", LaunchConfiguration("image_topic")),

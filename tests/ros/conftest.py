@@ -1,14 +1,25 @@
-"""Fixtures for the ROS package tests: small synthetic bags, broken bags, own ROS domain."""
+"""Fixtures for the ROS package tests: synthetic and broken bags, own ROS domain, a listener
+node and child-process helpers."""
 
 from __future__ import annotations
 
 import itertools
 import os
 import shutil
-from collections.abc import Iterator
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+import rclpy
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.signals import SignalHandlerOptions
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 
@@ -82,3 +93,107 @@ def make_corrupt_bags(source: dict[str, Path], root: Path) -> Iterator[tuple[Pat
     no_meta = root / "not_a_bag"
     no_meta.mkdir()
     yield no_meta, "no metadata.yaml"
+
+
+TIMEOUT = 30.0
+#: Topic key suffix: subscribe transient-local (a latched topic such as fedepth/route).
+LATCHED = "#latched"
+
+
+class Listener:
+    """A subscriber node in this process, spinning in a thread, recording what arrives."""
+
+    def __init__(
+        self, domain_id: int, topics: dict[str, type], sensor_qos: frozenset[str] = frozenset()
+    ) -> None:
+        self.context = Context()
+        rclpy.init(
+            args=[],
+            context=self.context,
+            domain_id=domain_id,
+            signal_handler_options=SignalHandlerOptions.NO,
+        )
+        self.node = rclpy.create_node("listener", context=self.context)
+        self.received: dict[str, list[tuple[float, Any]]] = {t: [] for t in topics}
+        self.cond = threading.Condition()
+        qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        latched = QoSProfile(
+            depth=10,
+            reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL,
+        )
+        self.subscriptions: dict[str, Any] = {}
+        for topic, cls in topics.items():
+            profile = qos_profile_sensor_data if topic in sensor_qos else qos
+            if topic.endswith(LATCHED):
+                profile = latched
+            self.subscriptions[topic] = self.node.create_subscription(
+                cls, topic.split("#")[0], self._callback(topic), profile
+            )
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.thread.start()
+
+    def _callback(self, topic: str) -> Any:
+        def on_message(msg: Any) -> None:
+            with self.cond:
+                self.received[topic].append((time.monotonic(), msg))
+                self.cond.notify_all()
+
+        return on_message
+
+    def wait_for(self, counts: dict[str, int], timeout: float = TIMEOUT) -> bool:
+        with self.cond:
+            return self.cond.wait_for(
+                lambda: all(len(self.received[t]) >= n for t, n in counts.items()), timeout
+            )
+
+    def wait_for_publishers(self, topics: list[str], timeout: float = TIMEOUT) -> bool:
+        """Until each subscription is matched with a publisher (a node started elsewhere)."""
+        pause = threading.Event()
+        end = time.monotonic() + timeout
+        while not all(self.subscriptions[t].get_publisher_count() for t in topics):
+            if time.monotonic() > end:
+                return False
+            pause.wait(0.05)
+        return True
+
+    def close(self) -> None:
+        self.executor.shutdown(timeout_sec=2.0)
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.context)
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture
+def listener_factory(ros_env: dict[str, str]) -> Iterator[Any]:
+    made: list[Listener] = []
+
+    def make(topics: dict[str, type], sensor_qos: frozenset[str] = frozenset()) -> Listener:
+        made.append(Listener(int(ros_env["ROS_DOMAIN_ID"]), topics, sensor_qos))
+        return made[-1]
+
+    yield make
+    for listener in made:
+        listener.close()
+
+
+def start_player(args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fedepth_ros.bag_player", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = TIMEOUT) -> tuple[int, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"bag_player did not finish in {timeout} s:\n{out}{err}")
+    return proc.returncode, (out or "") + (err or "")

@@ -5,108 +5,28 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import rclpy
-from rclpy.context import Context
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import CameraInfo, Image
 
 from fedepth_ros import conversions as cv
 from fedepth_ros.bag_writer import synthetic_frames
 
-from .conftest import N_FRAMES, RATE_HZ, make_corrupt_bags, make_empty_bag
+from .conftest import (
+    N_FRAMES,
+    RATE_HZ,
+    TIMEOUT,
+    finish,
+    make_corrupt_bags,
+    make_empty_bag,
+    start_player,
+)
 
 pytestmark = pytest.mark.ros
-
-TIMEOUT = 30.0
-
-
-class Listener:
-    """A subscriber node in this process, spinning in a thread, recording what arrives."""
-
-    def __init__(
-        self, domain_id: int, topics: dict[str, type], sensor_qos: frozenset[str] = frozenset()
-    ) -> None:
-        self.context = Context()
-        rclpy.init(
-            args=[],
-            context=self.context,
-            domain_id=domain_id,
-            signal_handler_options=SignalHandlerOptions.NO,
-        )
-        self.node = rclpy.create_node("listener", context=self.context)
-        self.received: dict[str, list[tuple[float, Any]]] = {t: [] for t in topics}
-        self.cond = threading.Condition()
-        qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-        for topic, cls in topics.items():
-            profile = qos_profile_sensor_data if topic in sensor_qos else qos
-            self.node.create_subscription(cls, topic.split("#")[0], self._callback(topic), profile)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.thread.start()
-
-    def _callback(self, topic: str) -> Any:
-        def on_message(msg: Any) -> None:
-            with self.cond:
-                self.received[topic].append((time.monotonic(), msg))
-                self.cond.notify_all()
-
-        return on_message
-
-    def wait_for(self, counts: dict[str, int], timeout: float = TIMEOUT) -> bool:
-        with self.cond:
-            return self.cond.wait_for(
-                lambda: all(len(self.received[t]) >= n for t, n in counts.items()), timeout
-            )
-
-    def close(self) -> None:
-        self.executor.shutdown(timeout_sec=2.0)
-        self.node.destroy_node()
-        rclpy.shutdown(context=self.context)
-        self.thread.join(timeout=5)
-
-
-@pytest.fixture
-def listener_factory(ros_env: dict[str, str]) -> Iterator[Any]:
-    made: list[Listener] = []
-
-    def make(topics: dict[str, type], sensor_qos: frozenset[str] = frozenset()) -> Listener:
-        made.append(Listener(int(ros_env["ROS_DOMAIN_ID"]), topics, sensor_qos))
-        return made[-1]
-
-    yield make
-    for listener in made:
-        listener.close()
-
-
-def start_player(args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "fedepth_ros.bag_player", *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def finish(proc: subprocess.Popen[str], timeout: float = TIMEOUT) -> tuple[int, str]:
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"bag_player did not finish in {timeout} s:\n{out}{err}")
-    return proc.returncode, out + err
 
 
 @pytest.mark.parametrize(("storage", "rate"), [("mcap", 2.0), ("sqlite3", 1.0)])

@@ -1,4 +1,4 @@
-"""The ``fedepth bag`` command group: test-scene writer and info, without importing rclpy."""
+"""The ``fedepth bag`` command group: writers (test scene, M3ED, any scenario sequence), info."""
 
 from __future__ import annotations
 
@@ -6,10 +6,17 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
+from mcap.reader import make_reader
+from rosbags.rosbag2 import Reader
+from rosbags.typesys import Stores, get_typestore
 
 from fedepth.cli import main
+from fedepth.data import M3EDSequence
+from fedepth_ros import conversions as cv
 
 
 def test_test_scene_then_info(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -57,3 +64,72 @@ def test_bag_commands_do_not_import_rclpy(tmp_path: Path) -> None:
     )
     root = Path(__file__).resolve().parents[2]
     subprocess.run([sys.executable, "-c", code], cwd=root, check=True, timeout=60)
+
+
+def _read_bag(path: Path) -> dict[str, list[Any]]:
+    typestore = get_typestore(Stores.ROS2_KILTED)
+    out: dict[str, list[Any]] = {}
+    with Reader(path) as reader:
+        for conn, _log_ns, raw in reader.messages():
+            out.setdefault(conn.topic, []).append(typestore.deserialize_cdr(raw, conn.msgtype))
+    return out
+
+
+def test_from_m3ed_writes_the_reprojected_frames(
+    smoke_hpe: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = smoke_hpe / "train" / "spot_forest_easy_1_data.h5"
+    depth = data.with_name("spot_forest_easy_1_depth_gt.h5")
+    out = tmp_path / "m3ed"
+    argv = ["bag", "from-m3ed", "--data", str(data), "--depth-gt", str(depth), "--out", str(out)]
+    assert main([*argv, "--no-progress"]) == 0
+    seq = M3EDSequence(data, depth)
+    assert f"wrote {len(seq)} frames" in capsys.readouterr().out
+    msgs = _read_bag(out)
+    assert {t: len(m) for t, m in msgs.items()} == dict.fromkeys(
+        ("/image", "/depth", "/camera_info"), len(seq)
+    )
+    for i, frame in enumerate(seq):
+        image, depth_msg, info = msgs["/image"][i], msgs["/depth"][i], msgs["/camera_info"][i]
+        assert cv.stamp_to_ns(image.header.stamp) == frame.stamp_ns
+        np.testing.assert_array_equal(cv.image_to_rgb(image), frame.rgb)
+        np.testing.assert_array_equal(cv.depth_to_meters(depth_msg), frame.depth)
+        np.testing.assert_array_equal(cv.k_from_camera_info(info), frame.K)
+    (mcap_file,) = out.glob("*.mcap")
+    with mcap_file.open("rb") as f:
+        summary = make_reader(f).get_summary()
+    assert summary is not None and summary.statistics is not None
+    assert summary.statistics.message_count == 3 * len(seq)
+    metadata = (out / "metadata.yaml").read_text()
+    assert "fedepth.platform: spot" in metadata and "fedepth.source: m3ed" in metadata
+
+
+def test_from_sequence_synthesises_stamps_for_nyu(
+    smoke_bmr: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = smoke_bmr
+    manifest = json.loads((root / "manifest.json").read_text())
+    name = next(s["name"] for s in manifest["sequences"] if s["source"] == "nyu")
+    out = tmp_path / "nyu"
+    argv = ["bag", "from-sequence", "--scenario-dir", str(root), "--sequence", name]
+    assert main([*argv, "--out", str(out), "--rate", "5", "--no-progress"]) == 0
+    capsys.readouterr()
+    stamps = [cv.stamp_to_ns(m.header.stamp) for m in _read_bag(out)["/image"]]
+    assert stamps == [i * 200_000_000 for i in range(len(stamps))] and len(stamps) > 1
+    assert "fedepth.synthetic_stamps: 'true'" in (out / "metadata.yaml").read_text()
+
+
+def test_from_sequence_errors_name_the_problem(
+    smoke_hpe: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = smoke_hpe
+    argv = ["bag", "from-sequence", "--scenario-dir", str(root), "--no-progress"]
+    assert main([*argv, "--sequence", "nope", "--out", str(tmp_path / "a")]) == 2
+    assert "no sequence 'nope' (known: car_urban_day" in capsys.readouterr().err
+    argv = ["bag", "from-sequence", "--scenario-dir", str(tmp_path), "--sequence", "x"]
+    assert main([*argv, "--out", str(tmp_path / "b"), "--no-progress"]) == 2
+    assert "manifest.json: no such file" in capsys.readouterr().err
+    argv = ["bag", "from-m3ed", "--data", str(tmp_path / "x_data.h5"), "--depth-gt", "y.h5"]
+    assert main([*argv, "--out", str(tmp_path / "c"), "--no-progress"]) == 2
+    assert "x_data.h5" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()

@@ -1,6 +1,6 @@
 """Launch files and parameter YAML checked without ROS launch installed (static, via ast).
 
-Every node's package/executable must be a console script in setup.py or a planned one below,
+Every node's package/executable must be a console script in setup.py,
 every launch argument used must be declared (with a description), every share-relative file
 must exist, and every parameter a launch file sets must exist in the node's YAML defaults.
 """
@@ -20,18 +20,6 @@ from fedepth_ros.params import NODE_CONFIG, NODE_PARAMETERS
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))
-
-# Executables the launch files start before they exist. THE one list of planned executables:
-# phase 2 of issue 7 adds robot_node and depth_node to setup.py's console_scripts and then
-# deletes them here (test_planned_executables_are_not_yet_installed fails until it does).
-PLANNED_EXECUTABLES = {
-    "robot_node": "issue 7 phase 2: fedepth_ros.robot_node:main",
-    "depth_node": "issue 7 phase 2: fedepth_ros.depth_node:main",
-    "fedepth-coordinator": "coordinator work stream: fedepth_coordinator console script",
-}
-ISSUE_7_PHASE_2 = {"robot_node", "depth_node"}
-# Share files provided by other work streams (the coordinator's typed config).
-PLANNED_CONFIG = {"coordinator.yaml": "coordinator work stream"}
 
 
 def _package_name() -> str:
@@ -132,7 +120,7 @@ def test_the_three_launch_files_exist() -> None:
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_nodes_and_processes_name_known_executables(name: str) -> None:
     model = MODELS[name]
-    known = set(_console_scripts()) | set(PLANNED_EXECUTABLES)
+    known = set(_console_scripts())
     for call in model.nodes:
         package, executable = (
             model.value(_kw(call, "package")),
@@ -169,7 +157,7 @@ def test_share_files_exist(name: str) -> None:
         if not parts:
             continue
         if parts[0] == "config" and len(parts) == 2:
-            assert (ROOT / "config" / parts[1]).is_file() or parts[1] in PLANNED_CONFIG, (
+            assert (ROOT / "config" / parts[1]).is_file(), (
                 f"{name}: config/{parts[1]} does not exist"
             )
         elif parts[0] == "launch" and len(parts) == 2:
@@ -204,10 +192,10 @@ def test_parameter_overrides_exist_in_the_yaml_defaults(name: str) -> None:
                 )
 
 
-def test_every_config_file_is_used_or_planned() -> None:
+def test_every_config_file_is_used() -> None:
     referenced = {p[1] for m in MODELS.values() for p in m.share_paths if p[:1] == ("config",)}
     present = {p.name for p in (ROOT / "config").glob("*.yaml")}
-    assert present <= referenced | set(PLANNED_CONFIG), present - referenced
+    assert present <= referenced, present - referenced
 
 
 @pytest.mark.parametrize("node", sorted(NODE_PARAMETERS))
@@ -222,10 +210,9 @@ def test_yaml_defaults_match_the_declared_parameters(node: str) -> None:
         assert params[name] == default, f"{node}.{name}: {params[name]!r} != {default!r}"
 
 
-def test_planned_executables_are_not_yet_installed() -> None:
+def test_console_scripts_point_at_modules_with_main() -> None:
     scripts = _console_scripts()
-    done = sorted(ISSUE_7_PHASE_2 & set(scripts))
-    assert not done, f"{done} are console scripts now: remove them from PLANNED_EXECUTABLES"
+    assert {"robot_node", "depth_node", "bag_player", "fedepth-coordinator"} <= set(scripts)
     for exe, target in scripts.items():
         module = target.split(":")[0]
         assert (ROOT / (module.replace(".", "/") + ".py")).is_file(), f"{exe} -> {target}"

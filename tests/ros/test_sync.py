@@ -93,6 +93,16 @@ def test_late_and_duplicate_items_are_dropped() -> None:
     _check_invariant(sync)
 
 
+def test_reset_accepts_earlier_stamps_again() -> None:
+    sync: PairSync[str, str] = PairSync(slop_ns=0)
+    assert _pairs(sync, [("i", 10), ("d", 10), ("i", 20)]) == [(10, 10)]
+    sync.reset()  # a bag looped: stamps start over
+    assert _pairs(sync, [("i", 10), ("d", 10)]) == [(10, 10)]
+    s = sync.stats()
+    assert (s.paired, s.images_dropped, s.images_queued) == (2, 1, 0)
+    _check_invariant(sync)
+
+
 def test_queues_are_bounded_drop_oldest() -> None:
     sync: PairSync[str, str] = PairSync(slop_ns=MS, queue_size=4)
     for k in range(10):

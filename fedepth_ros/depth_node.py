@@ -1,0 +1,308 @@
+"""The ``depth_node``: live monocular depth from the cluster model routed for this sequence.
+
+Subscribes ``image`` (rgb8/bgr8) and ``camera_info`` with sensor-data QoS. Images go through a
+drop-oldest queue (``queue_size``) to a worker thread, which from the first
+``descriptor_frames`` frames computes the descriptor, asks the coordinator to route it (the
+``robot_id`` principal's credentials) and loads the averaged model of the chosen clusters; with
+``coordinator: ""`` it uses the ``weights`` file alone. Then every frame, the routing frames
+included, gives ``depth_pred`` (32FC1 metres, the input header, NaN = invalid) and
+``depth_pred/camera_info``; the decision (clusters, weights) is published on ``fedepth/route``
+(latched: transient-local). Parameters: ``config/depth.yaml``, e.g.
+
+    depth_node --ros-args --params-file config/depth.yaml -p coordinator:="" \\
+        -p weights:=model.safetensors -r image:=camera/image
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import grpc
+import numpy as np
+from rclpy.logging import get_logger
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import CameraInfo, Image
+from std_msgs.msg import String
+
+from fedepth.descriptor import Descriptor
+from fedepth.strategies import RouteDecision
+from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient
+from fedepth_ros import conversions as cv
+from fedepth_ros.drift import DriftMonitor
+from fedepth_ros.learner import DepthPredictor, build_model, describe, resolve_device
+from fedepth_ros.node_common import NodeConfigError, WorkerNode, connect, run_node
+from fedepth_ros.params import DEPTH_NODE, declare_parameters
+from fedepth_ros.sync import DropOldestQueue
+
+NODE_NAME = "depth_node"
+ROUTE_TOPIC = "fedepth/route"
+#: Route calls that may succeed later: coordinator down, or no clusters yet (run not started).
+ROUTE_RETRY = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+    }
+)
+
+
+class DepthNode(WorkerNode):
+    """Thin adapter: image -> queue -> worker (route once, then infer and publish)."""
+
+    def __init__(self, *, parameter_overrides: list[Parameter[Any]] | None = None) -> None:
+        super().__init__(NODE_NAME, parameter_overrides=parameter_overrides)
+        p = declare_parameters(self, DEPTH_NODE)
+        self.params = p
+        self.coordinator = str(p["coordinator"])
+        self.weights = str(p["weights"])
+        self.descriptor_frames = int(p["descriptor_frames"])
+        if self.descriptor_frames < 1 or int(p["queue_size"]) < 1:
+            raise NodeConfigError("descriptor_frames and queue_size must be >= 1")
+        if not self.coordinator and not self.weights:
+            raise NodeConfigError("set coordinator (to route a model) or weights (a local model)")
+        if self.coordinator and ":" not in self.coordinator:
+            raise NodeConfigError(f"coordinator must be host:port, got {self.coordinator!r}")
+        try:
+            model = build_model(
+                str(p["model"]), float(p["min_depth"]), float(p["max_depth"]), self.weights
+            )
+            self.predictor = DepthPredictor(model, resolve_device(str(p["device"])))
+        except (ValueError, OSError, KeyError) as exc:
+            raise NodeConfigError(f"depth_node: {exc}") from None
+        self.reroute = bool(p["reroute"])
+        if self.reroute and not self.coordinator:
+            self.get_logger().warning("reroute needs a coordinator; keeping the local model")
+            self.reroute = False
+        self.monitor: DriftMonitor | None = None
+        self.reroutes = 0
+        self.queue: DropOldestQueue[Image] = DropOldestQueue(int(p["queue_size"]))
+        self._k: np.ndarray | None = None
+        self.stop = threading.Event()
+        self._lock = threading.Lock()
+        self._client: CoordinatorClient | None = None
+        self.ready = False
+        self.decision: RouteDecision | None = None
+        self.routed_descriptor: Descriptor | None = None
+        self.processed = 0
+        self.infer_seconds: deque[float] = deque(maxlen=10_000)
+
+        self.create_subscription(Image, "image", self._on_image, qos_profile_sensor_data)
+        self.create_subscription(
+            CameraInfo, "camera_info", self._on_camera_info, qos_profile_sensor_data
+        )
+        self.depth_pub = self.create_publisher(Image, "depth_pred", 10)
+        self.info_pub = self.create_publisher(CameraInfo, "depth_pred/camera_info", 10)
+        latched = QoSProfile(
+            depth=1,
+            reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL,
+        )
+        self.route_pub = self.create_publisher(String, ROUTE_TOPIC, latched)
+        self.worker = threading.Thread(target=self._work, name="depth-worker", daemon=True)
+
+    def _on_image(self, msg: Image) -> None:
+        self.queue.put(msg)  # converted on the worker: the spin thread only hands over
+
+    def _on_camera_info(self, msg: CameraInfo) -> None:
+        try:
+            self._k = cv.k_from_camera_info(msg)
+        except cv.ConversionError as exc:
+            self.get_logger().warning(f"dropping camera_info: {exc}", throttle_duration_sec=5.0)
+
+    # -- worker thread -------------------------------------------------------------------------
+    def start(self) -> None:
+        self.worker.start()
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        self.queue.close()
+        with self._lock:
+            client = self._client
+        if client is not None:
+            client.close()
+        self.worker.join(timeout=30.0)
+        if self.processed:
+            times = np.asarray(self.infer_seconds) * 1e3
+            get_logger(f"{NODE_NAME}.exit").info(
+                f"{self.processed} frames, inference median {np.median(times):.2f} ms, "
+                f"mean {times.mean():.2f} ms, "
+                f"{self.queue.dropped} dropped from the queue, {self.reroutes} re-routes"
+            )
+
+    def _work(self) -> None:
+        log = self.get_logger()
+        pending: list[tuple[Image, np.ndarray]] = []
+        if not self.coordinator:
+            self._publish_route("local", [], [])
+            self.ready = True
+        try:
+            while not self.stop.is_set():
+                try:
+                    msg = self.queue.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                try:
+                    rgb = cv.image_to_rgb(msg)
+                except cv.ConversionError as exc:
+                    log.warning(f"dropping image: {exc}", throttle_duration_sec=5.0)
+                    continue
+                if self.ready:
+                    self._infer(msg, rgb)
+                    if self.monitor is not None:
+                        self._watch(self.monitor, rgb)
+                    continue
+                pending.append((msg, rgb))
+                if len(pending) >= self.descriptor_frames and self._route([r for _, r in pending]):
+                    self.ready = True
+                    if self.reroute:
+                        self.monitor = self._make_monitor()
+                    for m, r in pending:
+                        self._infer(m, r)
+                        if self.monitor is not None:
+                            self._watch(self.monitor, r)
+                    pending.clear()
+        except Exception as exc:  # the worker must report, not die silently
+            log.error(f"worker failed: {type(exc).__name__}: {exc}")
+
+    def _client_once(self) -> CoordinatorClient:
+        with self._lock:
+            if self._client is None:
+                p = self.params
+                self._client = connect(
+                    self.coordinator,
+                    str(p["robot_id"]),
+                    str(p["token_file"]),
+                    str(p["tls_ca_file"]),
+                )
+            return self._client
+
+    def _route(self, frames: list[np.ndarray]) -> bool:
+        """Descriptor -> Route -> load the averaged model; True once loaded (False: stopping)."""
+        log = self.get_logger()
+        descriptor, summaries = self.predictor.features(frames, self.descriptor_frames, seed=0)
+        client = self._client_once()
+        backoff = 0.5
+        while not self.stop.is_set():
+            try:
+                decision = client.route(descriptor, include_model=True, summaries=summaries)
+                break
+            except CoordinatorCallError as exc:
+                if self.stop.is_set():
+                    return False
+                if exc.code not in ROUTE_RETRY:
+                    log.error(f"route: {exc}", throttle_duration_sec=30.0)
+                else:
+                    log.info(f"route: {exc}; retrying in {backoff:g} s")
+                self.stop.wait(backoff)
+                backoff = min(10.0, backoff * 2)
+        else:
+            return False
+        self._apply(decision, descriptor)
+        return True
+
+    def _apply(self, decision: RouteDecision, descriptor: Descriptor) -> None:
+        self.predictor.load_state(decision.state, source=f"route {decision.clusters}")
+        self.decision = decision
+        self.routed_descriptor = descriptor
+        self._publish_route("coordinator", decision.clusters, decision.weights)
+        self.get_logger().info(
+            f"routed {descriptor.num_frames} frames to clusters {decision.clusters} "
+            f"(weights {[round(w, 3) for w in decision.weights]})"
+        )
+
+    # -- re-routing (off by default) -----------------------------------------------------------
+    def _make_monitor(self) -> DriftMonitor | None:
+        p = self.params
+        reference = self.routed_descriptor
+        if reference is None:
+            return None
+        try:
+            tau = self._client_once().cluster_map().tau
+        except CoordinatorCallError as exc:
+            self.get_logger().warning(f"no re-routing: cluster map unavailable ({exc})")
+            return None
+        if tau is None or not tau > 0:
+            why = "has no tau" if tau is None else f"has tau {tau:g}; drift is measured in tau"
+            self.get_logger().warning(f"no re-routing: the coordinator's strategy {why}")
+            return None
+        self.get_logger().info(f"re-routing on: drift against tau {tau:.4g}")
+        return DriftMonitor(
+            reference,
+            tau,
+            window=int(p["reroute_window"]),
+            check_period=int(p["reroute_check_period"]),
+            enter=float(p["reroute_enter"]),
+            exit=float(p["reroute_exit"]),
+            patience=int(p["reroute_patience"]),
+            cooldown_s=float(p["reroute_cooldown"]),
+        )
+
+    def _watch(self, monitor: DriftMonitor, rgb: np.ndarray) -> None:
+        """Feed the drift monitor; on sustained drift, route the window (one attempt)."""
+        window = monitor.add(self.predictor.gem(rgb))
+        if window is None:
+            return
+        self.get_logger().info(
+            f"scene drift: divergence {monitor.last_divergence:.4g} > "
+            f"{monitor.enter:g} x tau {monitor.tau:.4g}; re-routing"
+        )
+        try:
+            summaries = describe(np.stack(monitor.vectors))[1]
+            decision = self._client_once().route(window, include_model=True, summaries=summaries)
+        except CoordinatorCallError as exc:
+            self.get_logger().warning(f"re-route failed, keeping the current model: {exc}")
+            return
+        self._apply(decision, window)
+        monitor.rerouted(window)
+        self.reroutes += 1
+
+    def _publish_route(self, source: str, clusters: list[int], weights: list[float]) -> None:
+        payload = {
+            "source": source,
+            "clusters": [int(c) for c in clusters],
+            "weights": [float(w) for w in weights],
+            "model": str(self.params["model"]),
+            "weights_file": self.weights if source == "local" else "",
+            "descriptor_frames": self.descriptor_frames if source != "local" else 0,
+        }
+        self.route_pub.publish(String(data=json.dumps(payload)))
+
+    def _infer(self, msg: Image, rgb: np.ndarray) -> None:
+        start = time.perf_counter()
+        try:
+            depth = self.predictor.predict(rgb)
+        except (RuntimeError, ValueError) as exc:  # e.g. an image too small for the encoder
+            self.get_logger().warning(
+                f"no depth for a {rgb.shape[1]}x{rgb.shape[0]} image: {exc}",
+                throttle_duration_sec=5.0,
+            )
+            return
+        self.infer_seconds.append(time.perf_counter() - start)
+        self.processed += 1
+        stamp_ns = cv.stamp_to_ns(msg.header.stamp)
+        out = cv.meters_to_depth_image(
+            depth, "32FC1", stamp_ns=stamp_ns, frame_id=msg.header.frame_id
+        )
+        out.header = msg.header
+        self.depth_pub.publish(out)
+        k = self._k
+        if k is not None:
+            h, w = depth.shape
+            info = cv.camera_info_from_k(k, w, h, stamp_ns=stamp_ns, frame_id=msg.header.frame_id)
+            self.info_pub.publish(info)
+
+
+def main(args: list[str] | None = None) -> int:
+    """Entry point; ``args`` is a full argv (program name first), default ``sys.argv``."""
+    return run_node(NODE_NAME, DepthNode, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

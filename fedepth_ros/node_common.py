@@ -1,0 +1,112 @@
+"""What robot_node and depth_node share: the coordinator connection and the main() loop."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import rclpy
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.logging import get_logger
+from rclpy.node import Node
+
+from fedepth_coordinator.client import ClientTls, CoordinatorClient, open_channel
+
+
+class NodeConfigError(ValueError):
+    """A parameter value the node cannot work with (logged as one line; exit status 1)."""
+
+
+def read_token(token_file: str) -> str:
+    """The credential token in ``token_file`` ('' when no file is configured)."""
+    if not token_file:
+        return ""
+    path = Path(token_file)
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise NodeConfigError(f"token_file {path}: cannot read it ({exc.strerror})") from None
+
+
+def connect(address: str, principal: str, token_file: str, tls_ca_file: str) -> CoordinatorClient:
+    """A client of the coordinator at ``address`` that waits for it while it (re)starts."""
+    if not address or ":" not in address:
+        raise NodeConfigError(f"coordinator must be host:port, got {address!r}")
+    if tls_ca_file and not Path(tls_ca_file).is_file():
+        raise NodeConfigError(f"tls_ca_file {tls_ca_file}: no such file")
+    tls = ClientTls(ca_file=tls_ca_file) if tls_ca_file else None
+    channel = open_channel(address, tls=tls)
+    return CoordinatorClient(channel, principal, read_token(token_file), wait_for_ready=True)
+
+
+class WorkerNode(Node):
+    """A node with a worker thread: started after construction, stopped before destruction."""
+
+    def start(self) -> None:
+        """Start the worker (after the node is added to the executor)."""
+
+    def shutdown(self) -> None:
+        """Stop and join the worker (before the node is destroyed)."""
+
+
+# glibc mallopt parameters
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+def tune_allocator() -> bool:
+    """Keep freed tensor memory in the heap instead of returning it to the OS (glibc only).
+
+    A forward pass allocates and frees activations of megabytes each; by default glibc serves
+    those with mmap/munmap (and trims the heap), so every pass page-faults its buffers in
+    again, worse in a worker thread's arena. Raising the mmap threshold to its maximum (32 MiB)
+    and the trim threshold to 1 GiB made regression-lite's CPU forward about 1.5-2x faster in
+    a worker thread (benchmarks/depth_node.py). The process keeps its peak heap. Returns
+    whether the settings were applied.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        ok = libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20) == 1
+        return libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30) == 1 and ok
+    except (OSError, AttributeError):
+        return False
+
+
+def run_node(name: str, make: Callable[[], WorkerNode], args: list[str] | None = None) -> int:
+    """Init rclpy, build the node, start its worker, spin until Ctrl-C / shutdown, clean up.
+
+    Exit status 0 after a clean shutdown, 1 when the node's parameters are unusable.
+    """
+    tuned = tune_allocator()
+    rclpy.init(args=sys.argv if args is None else args)
+    if not tuned:
+        get_logger(name).debug("allocator tuning unavailable (not glibc)")
+    node: WorkerNode | None = None
+    executor = SingleThreadedExecutor()
+    try:
+        node = make()
+        executor.add_node(node)
+        node.start()
+        executor.spin()
+        return 0
+    except NodeConfigError as exc:
+        get_logger(name).error(str(exc))
+        return 1
+    except (KeyboardInterrupt, ExternalShutdownException):
+        get_logger(f"{name}.exit").info("interrupted; shutting down")
+        return 0
+    except Exception:
+        if rclpy.ok():
+            raise
+        # SIGTERM shut the context down while the executor was building its wait set
+        get_logger(f"{name}.exit").info("terminated; shutting down")
+        return 0
+    finally:
+        if node is not None:
+            node.shutdown()
+        executor.shutdown(timeout_sec=2.0)
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()

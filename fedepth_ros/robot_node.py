@@ -1,0 +1,289 @@
+"""The ``robot_node``: a robot's federated client (buffer RGB-D, descriptor, local rounds).
+
+Subscribes ``image`` (rgb8/bgr8), ``depth`` (32FC1 m or 16UC1 mm) and ``camera_info`` with
+sensor-data QoS; pairs image and depth by stamp (:class:`~fedepth_ros.sync.PairSync`) into a
+bounded :class:`~fedepth_ros.sync.FrameBuffer`. A worker thread waits for
+``descriptor_frames`` frames, sends the descriptor and then runs
+:func:`fedepth_coordinator.robot.run_robot` with :class:`~fedepth_ros.learner.BufferLearner`
+as its training function. State goes out on ``fedepth/status`` (std_msgs/String, JSON) and
+``/diagnostics`` every ``status_period`` s. Parameters: ``config/robot.yaml``, e.g.
+
+    robot_node --ros-args --params-file config/robot.yaml -p robot_id:=robot-01 \\
+        -p token_file:=robot-01.token -r __ns:=/robot1
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.parameter import Parameter
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import CameraInfo, Image
+from std_msgs.msg import String
+
+from fedepth.data.sequence import Frame
+from fedepth.strategies import ClientUpdate, TrainTask
+from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient
+from fedepth_coordinator.robot import RobotProfile, run_robot
+from fedepth_ros import conversions as cv
+from fedepth_ros.learner import BufferLearner, LearnerConfig, build_model
+from fedepth_ros.node_common import NodeConfigError, WorkerNode, connect, run_node
+from fedepth_ros.params import ROBOT_NODE, declare_parameters
+from fedepth_ros.sync import FrameBuffer, Pair, PairSync
+
+NODE_NAME = "robot_node"
+STATUS_TOPIC = "fedepth/status"
+#: A stamp this far behind the newest one is a jump back in time, not a late message.
+JUMP_BACK_NS = 500_000_000
+#: Long-poll of the round plan; a shutdown cancels it at once (the channel is closed).
+POLL_S = 5.0
+
+
+class RobotNode(WorkerNode):
+    """Thin adapter: messages -> frames -> buffer; worker: BufferLearner + run_robot."""
+
+    def __init__(self, *, parameter_overrides: list[Parameter[Any]] | None = None) -> None:
+        super().__init__(NODE_NAME, parameter_overrides=parameter_overrides)
+        p = declare_parameters(self, ROBOT_NODE)
+        self.params = p
+        self.robot_id = str(p["robot_id"])
+        for name in ("buffer_size", "frame_stride", "descriptor_frames", "local_steps"):
+            if int(p[name]) < 1:
+                raise NodeConfigError(f"{name} must be >= 1, got {p[name]}")
+        if int(p["batch_size"]) < 1 or not float(p["status_period"]) > 0:
+            raise NodeConfigError("batch_size must be >= 1 and status_period > 0")
+        if ":" not in str(p["coordinator"]):
+            raise NodeConfigError(f"coordinator must be host:port, got {p['coordinator']!r}")
+        if (int(p["train_height"]) > 0) != (int(p["train_width"]) > 0):
+            raise NodeConfigError("set both train_height and train_width, or neither")
+        size = (int(p["train_height"]), int(p["train_width"])) if p["train_height"] else None
+        spill_dir = str(p["spill_dir"]) or None
+        try:
+            self.buffer = FrameBuffer(
+                int(p["buffer_size"]),
+                stride=int(p["frame_stride"]),
+                spill_dir=spill_dir,
+                spill_capacity=int(p["spill_size"]),
+            )
+            self.sync: PairSync[np.ndarray, np.ndarray] = PairSync(
+                round(float(p["sync_slop"]) * 1e9), int(p["sync_queue_size"])
+            )
+            model = build_model(
+                str(p["model"]), float(p["min_depth"]), float(p["max_depth"]), str(p["weights"])
+            )
+            self.learner = BufferLearner(
+                self.robot_id,
+                model,
+                self.buffer,
+                LearnerConfig(
+                    local_steps=int(p["local_steps"]),
+                    batch_size=int(p["batch_size"]),
+                    learning_rate=float(p["learning_rate"]),
+                    descriptor_frames=int(p["descriptor_frames"]),
+                    image_size=size,
+                    device=str(p["device"]),
+                ),
+            )
+        except (ValueError, OSError, KeyError) as exc:
+            raise NodeConfigError(f"robot_node {self.robot_id}: {exc}") from None
+        self._k: np.ndarray | None = None
+        self._newest_stamp = -1
+        self._lock = threading.Lock()
+        self._no_camera_info = 0
+        self._bad_messages = 0
+        self.error: str | None = None
+        self.finished = False
+        self.stop = threading.Event()
+        self._client: CoordinatorClient | None = None
+
+        self.create_subscription(Image, "image", self._on_image, qos_profile_sensor_data)
+        self.create_subscription(Image, "depth", self._on_depth, qos_profile_sensor_data)
+        self.create_subscription(
+            CameraInfo, "camera_info", self._on_camera_info, qos_profile_sensor_data
+        )
+        self.status_pub = self.create_publisher(String, STATUS_TOPIC, 10)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_timer(float(p["status_period"]), self.publish_status)
+        self.worker = threading.Thread(target=self._work, name="robot-worker", daemon=True)
+
+    # -- spin thread: cheap conversions only ---------------------------------------------------
+    def _warn_bad(self, what: str, exc: Exception) -> None:
+        with self._lock:
+            self._bad_messages += 1
+        self.get_logger().warning(f"dropping {what}: {exc}", throttle_duration_sec=5.0)
+
+    def _on_camera_info(self, msg: CameraInfo) -> None:
+        try:
+            self._k = cv.k_from_camera_info(msg)
+        except cv.ConversionError as exc:
+            self._warn_bad("camera_info", exc)
+
+    def _on_image(self, msg: Image) -> None:
+        try:
+            rgb = cv.image_to_rgb(msg)
+        except cv.ConversionError as exc:
+            self._warn_bad("image", exc)
+            return
+        stamp = cv.stamp_to_ns(msg.header.stamp)
+        self._check_time(stamp)
+        self._take(self.sync.add_image(stamp, rgb))
+
+    def _on_depth(self, msg: Image) -> None:
+        try:
+            depth = cv.depth_to_meters(msg)
+        except cv.ConversionError as exc:
+            self._warn_bad("depth", exc)
+            return
+        stamp = cv.stamp_to_ns(msg.header.stamp)
+        self._check_time(stamp)
+        self._take(self.sync.add_depth(stamp, depth))
+
+    def _check_time(self, stamp_ns: int) -> None:
+        """A stamp far behind the newest one: time jumped back; start pairing afresh."""
+        if stamp_ns < self._newest_stamp - JUMP_BACK_NS:
+            self.get_logger().info(
+                f"time jumped back {(self._newest_stamp - stamp_ns) / 1e9:.3f} s (bag loop?); "
+                "resetting the image/depth synchronizer"
+            )
+            self.sync.reset()
+            self._newest_stamp = stamp_ns
+        self._newest_stamp = max(self._newest_stamp, stamp_ns)
+
+    def _take(self, pairs: list[Pair[np.ndarray, np.ndarray]]) -> None:
+        for pair in pairs:
+            k = self._k
+            if k is None:
+                with self._lock:
+                    self._no_camera_info += 1
+                continue
+            try:
+                frame = Frame(pair.image, pair.depth, k, pair.image_stamp_ns)
+            except ValueError as exc:
+                self._warn_bad("image/depth pair", exc)
+                continue
+            self.buffer.push(frame)
+
+    # -- worker thread -------------------------------------------------------------------------
+    def start(self) -> None:
+        self.worker.start()
+
+    def _work(self) -> None:
+        log = self.get_logger()
+        need = self.learner.config.descriptor_frames
+        try:
+            while not self.buffer.wait_for(need, timeout=0.5):
+                if self.stop.is_set():
+                    return
+            descriptor = self.learner.descriptor()
+            log.info(f"descriptor of {descriptor.num_frames} frames (dim {descriptor.dim})")
+            p = self.params
+            client = connect(
+                str(p["coordinator"]), self.robot_id, str(p["token_file"]), str(p["tls_ca_file"])
+            )
+            with self._lock:
+                if self.stop.is_set():
+                    client.close()
+                    return
+                self._client = client
+            profile = RobotProfile(
+                num_samples=len(self.buffer),
+                descriptor=descriptor,
+                labels={"source": "ros"},
+                summaries=self.learner.summaries,
+            )
+            report = run_robot(client, profile, self._train, stop=self.stop, poll_s=POLL_S)
+            self.finished = report.finished
+            self.learner.set_phase("finished" if report.finished else "stopped")
+            log.info(f"run over: trained rounds {report.rounds}, finished: {report.finished}")
+        except CoordinatorCallError as exc:
+            if self.stop.is_set():
+                return
+            self.error = str(exc)
+            self.learner.set_phase("error")
+            log.error(f"coordinator: {exc}")
+        except Exception as exc:  # the worker must report, not die silently
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.learner.set_phase("error")
+            log.error(f"worker failed: {self.error}")
+
+    def _train(self, rnd: int, task: TrainTask) -> ClientUpdate:
+        self.get_logger().info(f"round {rnd}: training on {len(self.buffer)} frames")
+        update = self.learner.train(rnd, task)
+        self.get_logger().info(f"round {rnd}: loss {update.metrics['loss']:.4f}; uploading")
+        return update
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        with self._lock:
+            client = self._client
+        if client is not None:
+            client.close()  # cancels a waiting round-plan call
+        self.worker.join(timeout=30.0)
+        self.buffer.close()
+
+    # -- status --------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        st = self.learner.state
+        buf = self.buffer.stats()
+        sync = self.sync.stats()
+        with self._lock:
+            no_info, bad = self._no_camera_info, self._bad_messages
+        return {
+            "robot_id": self.robot_id,
+            "phase": st.phase,
+            "round": st.round,
+            "rounds_done": st.rounds_done,
+            "last_loss": st.last_loss,
+            "last_train_s": st.last_train_s,
+            "buffer": {
+                "size": buf.size,
+                "capacity": buf.capacity,
+                "fill": round(buf.fill, 4),
+                "received": buf.received,
+                "kept": buf.kept,
+                "dropped": buf.dropped,
+            },
+            "pairs": sync.paired,
+            "unpaired_dropped": sync.images_dropped + sync.depths_dropped,
+            "pairs_without_camera_info": no_info,
+            "bad_messages": bad,
+            "error": self.error,
+        }
+
+    def publish_status(self) -> None:
+        status = self.status()
+        self.status_pub.publish(String(data=json.dumps(status)))
+        if status["error"]:
+            level, message = DiagnosticStatus.ERROR, str(status["error"])
+        elif status["phase"] == "buffering":
+            level, message = DiagnosticStatus.OK, "buffering frames"
+        else:
+            level, message = DiagnosticStatus.OK, f"{status['phase']} (round {status['round']})"
+        values = [
+            KeyValue(key=k, value=str(v)) for k, v in status.items() if not isinstance(v, dict)
+        ]
+        values += [KeyValue(key=f"buffer.{k}", value=str(v)) for k, v in status["buffer"].items()]
+        diag = DiagnosticStatus(
+            level=level,
+            name=f"{self.get_fully_qualified_name()}: federated client",
+            message=message,
+            hardware_id=self.robot_id,
+            values=values,
+        )
+        array = DiagnosticArray(status=[diag])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self.diag_pub.publish(array)
+
+
+def main(args: list[str] | None = None) -> int:
+    """Entry point; ``args`` is a full argv (program name first), default ``sys.argv``."""
+    return run_node(NODE_NAME, RobotNode, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

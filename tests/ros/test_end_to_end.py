@@ -1,0 +1,275 @@
+"""End to end on loopback: a real coordinator, two robot nodes fed by replayed M3ED-format bags,
+two federated rounds, then a depth node routed by the coordinator on a third bag."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sensor_msgs.msg import CameraInfo, Image
+from std_msgs.msg import String
+
+from fedepth.cli import main as fedepth_main
+from fedepth.data import M3EDSequence
+from fedepth.models import create_model, save_weights
+from fedepth_coordinator.auth import add_principal
+from fedepth_coordinator.client import CoordinatorClient, open_channel
+from fedepth_coordinator.config import config_from_dict
+from fedepth_coordinator.domain import Phase
+from fedepth_coordinator.simulate import CoordinatorProcess
+from fedepth_ros import conversions as cv
+
+from .conftest import Listener
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+
+MIN_DEPTH, MAX_DEPTH = 0.001, 80.0
+ROBOTS = {  # namespace -> (principal, M3ED sequence of a different platform)
+    "robot_a": ("robot-a", "train/car_urban_day_penno_small_loop"),
+    "robot_b": ("robot-b", "train/spot_forest_easy_1"),
+}
+UNSEEN = "test/falcon_forest_road_2"
+DESCRIPTOR_FRAMES = 3
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    pause = threading.Event()
+    end = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        pause.wait(0.2)
+
+
+def node_args(**params: Any) -> list[str]:
+    out: list[str] = []
+    for name, value in params.items():
+        out += ["-p", f"{name}:={value}"]
+    return out
+
+
+class Processes:
+    """Child processes of the test, logged to files, stopped with SIGINT (then killed)."""
+
+    def __init__(self, root: Path, env: dict[str, str]) -> None:
+        self.root = root
+        self.env = {**env, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        with open(self.root / f"{name}.log", "wb") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        self.procs[name] = proc
+        return proc
+
+    def node(self, name: str, module: str, ns: str, params: dict[str, Any]) -> None:
+        argv = [sys.executable, "-m", module, "--ros-args", "-r", f"__ns:=/{ns}"]
+        self.start(name, argv + node_args(**params))
+
+    def log(self, name: str) -> str:
+        return (self.root / f"{name}.log").read_text(errors="replace")
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {n}\n{self.log(n)[-3000:]}" for n in self.procs)
+
+    def interrupt(self, name: str, timeout_s: float = 30.0) -> int:
+        proc = self.procs[name]
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            return proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"{name} did not stop on SIGINT:\n{self.log(name)}") from None
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def processes(tmp_path: Path, ros_env: dict[str, str]) -> Iterator[Processes]:
+    procs = Processes(tmp_path, ros_env)
+    yield procs
+    procs.close()
+
+
+def make_bag(scenario: Path, sequence: str, out: Path) -> Path:
+    data = scenario / f"{sequence}_data.h5"
+    depth = scenario / f"{sequence}_depth_gt.h5"
+    argv = ["bag", "from-m3ed", "--data", str(data), "--depth-gt", str(depth)]
+    assert fedepth_main([*argv, "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
+    smoke_hpe: Path, tmp_path: Path, ros_env: dict[str, str], processes: Processes
+) -> None:
+    started = time.monotonic()
+    bags = {ns: make_bag(smoke_hpe, seq, tmp_path / ns) for ns, (_, seq) in ROBOTS.items()}
+    unseen_bag = make_bag(smoke_hpe, UNSEEN, tmp_path / "unseen")
+
+    creds = tmp_path / "credentials.yaml"
+    token_files: dict[str, Path] = {}
+    for principal in [p for p, _ in ROBOTS.values()]:
+        token_files[principal] = tmp_path / f"{principal}.token"
+        token_files[principal].write_text(add_principal(creds, principal) + "\n")
+    ops_token = add_principal(creds, "ops", "operator")
+    initial = tmp_path / "initial.safetensors"
+    save_weights(
+        create_model("regression-lite", min_depth=MIN_DEPTH, max_depth=MAX_DEPTH), initial
+    )
+    config = config_from_dict(
+        {
+            "server": {"host": "127.0.0.1", "port": 0, "max_wait_s": 2.0, "grace_s": 0.5},
+            "auth": {"credentials_file": str(creds)},
+            "rounds": {"num_rounds": 2, "min_robots": 2, "deadline_s": 120.0},
+            # a fixed tau: with two robots a calibrated one can be 0, and re-routing scales by tau
+            "strategy": {"name": "fedepth", "params": {"tau": 1000.0}},
+            "model": {"initial_weights": str(initial)},
+            "state": {"dir": str(tmp_path / "state"), "backend": "sqlite"},
+        }
+    )
+    coordinator = CoordinatorProcess(config, log_path=tmp_path / "coordinator.log")
+    port = coordinator.start()
+    address = f"127.0.0.1:{port}"
+    domain = int(ros_env["ROS_DOMAIN_ID"])
+    status_topics = {f"/{ns}/fedepth/status": String for ns in ROBOTS}
+    depth_topics = {
+        "/unseen/depth_pred": Image,
+        "/unseen/depth_pred/camera_info": CameraInfo,
+        "/unseen/fedepth/route#latched": String,
+    }
+    listener = Listener(domain, {**status_topics, **depth_topics})
+    ops = CoordinatorClient(open_channel(address), "ops", ops_token, wait_for_ready=True)
+    try:
+        common = {
+            "coordinator": address,
+            "model": "regression-lite",
+            "min_depth": MIN_DEPTH,
+            "max_depth": MAX_DEPTH,
+            "device": "cpu",
+        }
+        for ns, (principal, _) in ROBOTS.items():
+            params = {
+                **common,
+                "robot_id": principal,
+                "token_file": token_files[principal],
+                "buffer_size": 16,
+                "frame_stride": 1,
+                "descriptor_frames": DESCRIPTOR_FRAMES,
+                "local_steps": 2,
+                "batch_size": 2,
+                "status_period": 0.5,
+            }
+            processes.node(ns, "fedepth_ros.robot_node", ns, params)
+            player = [sys.executable, "-m", "fedepth_ros.bag_player", str(bags[ns])]
+            player += ["--wait-for-subscribers", "1", "--wait-timeout", "90", "--ros-args", "-r"]
+            processes.start(f"player_{ns}", [*player, f"__ns:=/{ns}"])
+
+        def finished() -> bool:
+            for name, proc in processes.procs.items():
+                assert proc.poll() is None or name.startswith("player"), processes.logs()
+            return ops.fleet_status().phase is Phase.FINISHED
+
+        wait_until(finished, 150, "two federated rounds")
+        fleet = ops.fleet_status()
+        assert fleet.round >= 1 and len(fleet.history) == 2, fleet
+        assert [h.accepted for h in fleet.history] == [2, 2]
+        assert {r.robot_id for r in fleet.robots} == {p for p, _ in ROBOTS.values()}
+        for topic in status_topics:
+
+            def reported_both(topic: str = topic) -> bool:
+                with listener.cond:
+                    msgs = listener.received[topic]
+                    return bool(msgs) and json.loads(msgs[-1][1].data)["phase"] == "finished"
+
+            wait_until(reported_both, 20, f"{topic} reporting the end of the run")
+            status = json.loads(listener.received[topic][-1][1].data)
+            assert status["rounds_done"] == 2 and status["error"] is None, status
+            assert status["last_loss"] > 0 and status["buffer"]["size"] >= DESCRIPTOR_FRAMES
+
+        # the depth node on an unseen sequence, with robot-a's credentials
+        principal = ROBOTS["robot_a"][0]
+        depth_params = {
+            **common,
+            "robot_id": principal,
+            "token_file": token_files[principal],
+            "descriptor_frames": DESCRIPTOR_FRAMES,
+            "queue_size": 16,
+            # re-routing with thresholds that any change trips: exercises drift -> Route
+            "reroute": "true",
+            "reroute_window": 2,
+            "reroute_check_period": 1,
+            "reroute_enter": 0.0,
+            "reroute_exit": 0.0,
+            "reroute_patience": 1,
+            "reroute_cooldown": 0.0,
+        }
+        processes.node("depth", "fedepth_ros.depth_node", "unseen", depth_params)
+        assert listener.wait_for_publishers(["/unseen/depth_pred"], timeout=60)
+        player = [sys.executable, "-m", "fedepth_ros.bag_player", str(unseen_bag)]
+        player += [
+            "--topics",
+            "/image,/camera_info",
+            "--wait-for-subscribers",
+            "1",
+            "--wait-timeout",
+            "90",
+        ]
+        processes.start("player_unseen", [*player, "--ros-args", "-r", "__ns:=/unseen"])
+        seq = M3EDSequence(*(smoke_hpe / f"{UNSEEN}{s}.h5" for s in ("_data", "_depth_gt")))
+        stamps = [f.stamp_ns for f in seq]
+        assert processes.procs["player_unseen"].wait(90) == 0, processes.log("player_unseen")
+        # images travel best effort (sensor-data QoS): on a loaded machine one may be lost
+        if not listener.wait_for({"/unseen/depth_pred": len(stamps)}, timeout=20):
+            assert len(listener.received["/unseen/depth_pred"]) >= DESCRIPTOR_FRAMES, (
+                processes.logs()
+            )
+        assert processes.interrupt("depth") == 0, processes.log("depth")
+        for ns in ROBOTS:
+            assert processes.interrupt(ns) == 0, processes.log(ns)
+    finally:
+        ops.close()
+        listener.close()
+        coordinator.stop()
+
+    route = json.loads(listener.received["/unseen/fedepth/route#latched"][-1][1].data)
+    assert route["source"] == "coordinator" and route["clusters"], route
+    assert len(route["weights"]) == len(route["clusters"])
+    assert sum(route["weights"]) == pytest.approx(1.0)
+    preds = [m for _, m in listener.received["/unseen/depth_pred"]]
+    got = [cv.stamp_to_ns(m.header.stamp) for m in preds]
+    assert set(got) <= set(stamps) and got == sorted(got)
+    for msg in preds:
+        assert msg.encoding == "32FC1" and msg.header.frame_id == "camera"
+        depth = cv.image_to_numpy(msg)
+        assert depth.shape == seq[0].depth.shape
+        valid = ~np.isnan(depth)
+        assert valid.any() and np.isfinite(depth[valid]).all()
+        assert depth[valid].min() >= MIN_DEPTH and depth[valid].max() <= MAX_DEPTH
+    infos = [m for _, m in listener.received["/unseen/depth_pred/camera_info"]]
+    assert infos and (infos[0].width, infos[0].height) == (seq[0].rgb.shape[1], len(seq[0].rgb))
+    np.testing.assert_allclose(cv.k_from_camera_info(infos[0]), seq[0].K)
+    log = processes.log("depth")
+    assert f"routed {DESCRIPTOR_FRAMES} frames to clusters" in log
+    assert "re-routing on: drift against tau" in log and "scene drift: divergence" in log, log
+    assert "routed 2 frames to clusters" in log  # the window's descriptor was routed
+    assert len(listener.received["/unseen/fedepth/route#latched"]) >= 2
+    print(
+        f"end to end: {len(preds)}/{len(stamps)} depth frames, {time.monotonic() - started:.1f} s"
+    )
+    assert os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"

@@ -1,0 +1,182 @@
+"""robot_node and depth_node as subprocesses on a replayed test-scene bag (no coordinator)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from sensor_msgs.msg import CameraInfo, Image
+from std_msgs.msg import String
+
+from fedepth.models import create_model, save_weights
+from fedepth_ros import conversions as cv
+from fedepth_ros.bag_writer import synthetic_frames
+
+from .conftest import N_FRAMES, RATE_HZ, TIMEOUT, finish, start_player
+
+pytestmark = pytest.mark.ros
+
+
+def start_node(module: str, ns: str, params: dict[str, Any], env: dict[str, str]) -> Any:
+    argv = [sys.executable, "-m", f"fedepth_ros.{module}", "--ros-args", "-r", f"__ns:=/{ns}"]
+    for name, value in params.items():
+        argv += ["-p", f"{name}:={value}"]
+    return subprocess.Popen(
+        argv,
+        env={**env, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def stop(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    proc.send_signal(signal.SIGINT)
+    return finish(proc)
+
+
+def test_depth_node_with_a_local_model_publishes_depth_for_every_frame(
+    bags: dict[str, Path], ros_env: dict[str, str], listener_factory: Any, tmp_path: Path
+) -> None:
+    weights = tmp_path / "model.safetensors"
+    save_weights(create_model("regression-lite", min_depth=0.1, max_depth=10.0), weights)
+    topics = {
+        "/d/depth_pred": Image,
+        "/d/depth_pred/camera_info": CameraInfo,
+        "/d/fedepth/route#latched": String,
+    }
+    listener = listener_factory(topics)
+    params = {
+        "coordinator": '""',
+        "weights": weights,
+        "min_depth": 0.1,
+        "device": "cpu",
+        "queue_size": N_FRAMES,
+    }
+    node = start_node("depth_node", "d", params, ros_env)
+    # depth_pred is volatile: play only once this listener is matched with the node
+    assert listener.wait_for_publishers(["/d/depth_pred", "/d/depth_pred/camera_info"])
+    player = start_player(
+        [
+            str(bags["mcap"]),
+            "--topics",
+            "/image,/camera_info",
+            "--wait-for-subscribers",
+            "1",
+            "--wait-timeout",
+            str(TIMEOUT),
+            "--ros-args",
+            "-r",
+            "__ns:=/d",
+        ],
+        ros_env,
+    )
+    got_all = listener.wait_for({"/d/depth_pred": N_FRAMES, "/d/fedepth/route#latched": 1})
+    rc_player, player_log = finish(player)
+    rc, log = stop(node)
+    counts = {t: len(m) for t, m in listener.received.items()}
+    assert got_all and rc_player == 0 and rc == 0, f"{counts}\n{log}{player_log}"
+    assert "Traceback" not in log
+
+    frames = synthetic_frames(N_FRAMES, rate_hz=RATE_HZ)
+    preds = [m for _, m in listener.received["/d/depth_pred"]]
+    assert [cv.stamp_to_ns(m.header.stamp) for m in preds] == [f.stamp_ns for f in frames]
+    for msg in preds:
+        depth = cv.image_to_numpy(msg)
+        assert msg.encoding == "32FC1" and depth.shape == frames[0].depth.shape
+        assert np.isfinite(depth).all() and depth.min() >= 0.1 and depth.max() <= 10.0
+    info = listener.received["/d/depth_pred/camera_info"][0][1]
+    np.testing.assert_array_equal(cv.k_from_camera_info(info), frames[0].K)
+    route = json.loads(listener.received["/d/fedepth/route#latched"][0][1].data)
+    assert route["source"] == "local" and route["weights_file"] == str(weights)
+
+
+def test_robot_node_buffers_pairs_and_reports_status_and_diagnostics(
+    bags: dict[str, Path], ros_env: dict[str, str], listener_factory: Any, tmp_path: Path
+) -> None:
+    topics = {"/r/fedepth/status": String, "/diagnostics": DiagnosticArray}
+    listener = listener_factory(topics)
+    params = {
+        "robot_id": "robot-x",
+        "coordinator": "127.0.0.1:9",  # never reached: the descriptor needs more frames
+        "descriptor_frames": 1000,
+        "buffer_size": 4,
+        "frame_stride": 2,
+        "spill_dir": tmp_path / "spill",
+        "spill_size": 3,
+        "status_period": 0.2,
+        "device": "cpu",
+    }
+    node = start_node("robot_node", "r", params, ros_env)
+    player = start_player(
+        [
+            str(bags["sqlite3"]),
+            "--loop",  # stamps start over each loop: the node must keep pairing
+            "--rate",
+            "4",
+            "--wait-for-subscribers",
+            "1",
+            "--wait-timeout",
+            str(TIMEOUT),
+            "--ros-args",
+            "-r",
+            "__ns:=/r",
+        ],
+        ros_env,
+    )
+
+    def last_status() -> dict[str, Any]:
+        with listener.cond:
+            msgs = listener.received["/r/fedepth/status"]
+            return json.loads(msgs[-1][1].data) if msgs else {}
+
+    with listener.cond:
+        assert listener.cond.wait_for(
+            lambda: last_status().get("pairs", 0) >= N_FRAMES + 10, TIMEOUT
+        ), last_status()
+    rc_player, player_log = stop(player)
+    assert rc_player == 0, player_log
+    status = last_status()
+    rc, log = stop(node)
+    assert rc == 0 and "Traceback" not in log, log
+    assert "time jumped back" in log and "resetting the image/depth synchronizer" in log
+    # every frame pairs (equal stamps), across bag loops; 4 kept in memory, 3 spilled
+    buffer = status["buffer"]
+    assert status["robot_id"] == "robot-x" and status["phase"] == "buffering"
+    # every second pair is kept (the status is a snapshot taken while frames arrive: +-1)
+    assert buffer["capacity"] == 7 and abs(buffer["kept"] - (status["pairs"] + 1) // 2) <= 1
+    # evicted frames reach the disk in the background: the snapshot may miss one being written
+    assert min(4, buffer["kept"]) <= buffer["size"] <= min(7, buffer["kept"])
+    assert status["error"] is None
+    assert len(list((tmp_path / "spill").glob("*.npz"))) == min(3, max(0, buffer["kept"] - 4))
+    diags = [
+        s
+        for _, m in listener.received["/diagnostics"]
+        for s in m.status
+        if s.hardware_id == "robot-x"
+    ]
+    assert diags and diags[-1].level == DiagnosticStatus.OK
+    assert {kv.key for kv in diags[-1].values} >= {"phase", "round", "buffer.fill"}
+
+
+@pytest.mark.parametrize(
+    ("module", "params", "message"),
+    [
+        ("depth_node", {"coordinator": '""'}, "set coordinator (to route a model) or weights"),
+        ("robot_node", {"buffer_size": 0}, "buffer_size must be >= 1, got 0"),
+        ("robot_node", {"coordinator": "nohost"}, "coordinator must be host:port, got 'nohost'"),
+        ("depth_node", {"weights": "/nonexistent.safetensors"}, "/nonexistent.safetensors"),
+    ],
+)
+def test_nodes_reject_unusable_parameters_in_one_line(
+    ros_env: dict[str, str], module: str, params: dict[str, Any], message: str
+) -> None:
+    rc, log = finish(start_node(module, "bad", params, ros_env))
+    assert rc == 1 and message in log and "Traceback" not in log, log
