@@ -248,7 +248,10 @@ def soft_clustering(A: npt.ArrayLike, tau: float) -> Clustering:
     a = _check_square(A)
     if tau < 0:
         raise ValueError(f"tau must be >= 0, got {tau}")
-    m_star = _canonical_order(_PairMap(a, tau).merged(tau).toarray().astype(bool))
+    merged = _PairMap(a, tau).merged(tau).tocoo()
+    dense = np.zeros(merged.shape, dtype=bool)  # straight to bool: no int32 K x N detour
+    dense[merged.row, merged.col] = True
+    m_star = _canonical_order(dense)
     return Clustering(tau=float(tau), M_star=m_star, overlap=overlap_ratio(m_star))
 
 
