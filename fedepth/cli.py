@@ -258,7 +258,16 @@ def cmd_data_synth(args: argparse.Namespace) -> int:
         raise CliError(f"--out {out} is not empty; pass --force to write into it anyway")
     if args.seed < 0:
         raise CliError(f"--seed must be >= 0, got {args.seed}")
-    path = synthesize(args.scenario, args.profile, args.seed, out, progress=not args.quiet)
+    if args.workers < 1:
+        raise CliError(f"--workers must be >= 1, got {args.workers}")
+    path = synthesize(
+        args.scenario,
+        args.profile,
+        args.seed,
+        out,
+        progress=not args.quiet,
+        workers=args.workers,
+    )
     sys.stdout.write(f"{path if path.name == MANIFEST else out}\n")
     return 0
 
@@ -605,6 +614,12 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--out", required=True, metavar="DIR", help="output directory")
     q.add_argument("--force", action="store_true", help="write into a non-empty DIR")
+    q.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes rendering places and drives in parallel (same data for any number)",
+    )
     q.add_argument("--quiet", action="store_true", help="no progress bar")
     q.set_defaults(func=cmd_data_synth)
     q = dsub.add_parser(

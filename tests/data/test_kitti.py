@@ -14,6 +14,7 @@ from fedepth.data.crops import (
     eigen_crop_mask_kitti,
     garg_crop_mask,
     kb_crop_box,
+    kb_crop_mask,
     nyu_eigen_crop_mask,
 )
 
@@ -89,6 +90,8 @@ def test_rgb_png_is_not_a_depth_map(tmp_path: Path) -> None:
 
 def test_crops_at_native_size() -> None:
     assert kb_crop_box((375, 1242)) == (23, 13, 352, 1216)
+    kb = kb_crop_mask((375, 1242))
+    assert kb.sum() == 352 * 1216 and kb[23, 13] and not kb[22, 13] and not kb[23, 1229]
     garg = garg_crop_mask((375, 1242))
     assert garg.sum() == (int(0.99189189 * 375) - int(0.40810811 * 375)) * (
         int(0.96405229 * 1242) - int(0.03594771 * 1242)

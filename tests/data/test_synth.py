@@ -220,7 +220,8 @@ def test_bmr_smoke_round_trip(smoke: dict[str, Path]) -> None:
 
 
 def test_generation_is_deterministic_per_seed(smoke: dict[str, Path], tmp_path: Path) -> None:
-    again = synthesize("hpe", "smoke", 0, tmp_path / "a", progress=False).parent
+    # two worker processes, same seed: the same data as the sequential run
+    again = synthesize("hpe", "smoke", 0, tmp_path / "a", progress=False, workers=2).parent
     other = synthesize("hpe", "smoke", 1, tmp_path / "b", progress=False).parent
     name = "falcon_indoor_flight_1"
     ref, same, diff = (
@@ -232,6 +233,7 @@ def test_generation_is_deterministic_per_seed(smoke: dict[str, Path], tmp_path: 
         assert np.array_equal(ref[i].rgb, same[i].rgb)
         assert np.array_equal(ref[i].depth, same[i].depth)
     assert not np.array_equal(ref[0].rgb, diff[0].rgb)
+    assert (again / "manifest.json").read_text() == (smoke["hpe"] / "manifest.json").read_text()
 
 
 def test_place_variants_share_geometry() -> None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import multiprocessing
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -234,20 +236,61 @@ def _m3ed_entry(rec: M3EDRecord, root: Path, client: str | None) -> dict[str, An
     }
 
 
-def _render_m3ed_plans(
-    plans: list[SequencePlan], out: Path, seed: int, profile: Profile, progress: tqdm
-) -> list[dict[str, Any]]:
+_SiteTask = tuple[Site, list[SequencePlan], float, Path, int, Profile]
+
+
+def _render_site(task: _SiteTask, progress: tqdm | None = None) -> list[dict[str, Any]]:
+    """Build one place and render every sequence recorded there."""
+    site, group, length, out, seed, profile = task
+    world = build_site(site, seed, length, min_camera_height(group))
     entries = []
+    for p in group:
+        rec = generate_m3ed(p, world, out / p.split, seed, profile, progress)
+        entries.append(_m3ed_entry(rec, out, p.name if p.split == "train" else None))
+    return entries
+
+
+def _render_m3ed_plans(
+    plans: list[SequencePlan],
+    out: Path,
+    seed: int,
+    profile: Profile,
+    progress: tqdm,
+    workers: int,
+) -> list[dict[str, Any]]:
     by_site: dict[Site, list[SequencePlan]] = {}
     for p in plans:
         by_site.setdefault(p.site, []).append(p)
-    for site, group in by_site.items():
-        world = build_site(site, seed, site_length(plans, site), min_camera_height(group))
-        for p in group:
-            rec = generate_m3ed(p, world, out / p.split, seed, profile, progress)
-            entries.append(_m3ed_entry(rec, out, p.name if p.split == "train" else None))
+    tasks = [
+        (site, group, site_length(plans, site), out, seed, profile)
+        for site, group in by_site.items()
+    ]
+    weights = [_m3ed_frames(group) for group in by_site.values()]
+    entries = [e for res in _run(_render_site, tasks, weights, workers, progress) for e in res]
     order = {p.name: k for k, p in enumerate(plans)}
     return sorted(entries, key=lambda e: order[e["name"]])
+
+
+def _call(job: tuple[int, Callable[[Any], Any], Any]) -> tuple[int, Any]:
+    k, fn, task = job
+    return k, fn(task)
+
+
+def _run(
+    fn: Callable[..., Any], tasks: list[Any], weights: list[int], workers: int, progress: tqdm
+) -> list[Any]:
+    """``[fn(t) for t in tasks]``, in ``workers`` processes when > 1 (results in task order;
+    every task seeds its own generators, so the output does not depend on ``workers``)."""
+    if workers <= 1 or len(tasks) <= 1:
+        return [fn(t, progress) for t in tasks]
+    results: list[Any] = [None] * len(tasks)
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(min(workers, len(tasks))) as pool:
+        jobs = [(k, fn, t) for k, t in enumerate(tasks)]
+        for k, res in pool.imap_unordered(_call, jobs):
+            results[k] = res
+            progress.update(weights[k])
+    return results
 
 
 def _m3ed_frames(plans: list[SequencePlan]) -> int:
@@ -408,42 +451,57 @@ def _lidar_mask(
     return np.where(keep & (depth > 0), depth, 0.0).astype(np.float32)
 
 
+_DriveTask = tuple[_Drive, Path, int, Profile]
+
+
+def _render_drive(task: _DriveTask, progress: tqdm | None = None) -> list[str]:
+    """Render one drive into the raw and annotated trees; returns its split-file lines."""
+    d, root, seed, profile = task
+    data_path, gt_path = root / "raw", root / "gt"
+    car = dataclasses.replace(PLATFORMS["car"], height=KITTI_CAMERA_HEIGHT, pitch=(0.0, 1.0))
+    rng = np.random.default_rng(stable_seed(seed, "kitti", d.name))
+    cam = _kitti_camera(d.date, profile.kitti_scale)
+    duration = d.frames / 10.0
+    length = car.speed_range("urban_day")[1] * duration * 1.2 + 2 * environments.URBAN_MARGIN
+    world = environments.urban(rng, d.style, length + 40.0)
+    traj = Trajectory(world, car, "urban_day", rng, duration)
+    lighting = day_lighting(rng)
+    renderer = Renderer(world)
+    lines = []
+    for k in range(d.frames):
+        T = traj.pose(k / 10.0)
+        img, depth = renderer.render(cam, T, lighting=lighting, max_range=LIDAR_RANGE, rng=rng)
+        assert img is not None
+        rgb_rel = f"{d.date}/{d.name}/image_02/data/{k:010d}.png"
+        write_kitti_rgb(data_path / rgb_rel, img)
+        gt_rel = "None"
+        if KITTI_UNANNOTATED_ENDS <= k < d.frames - KITTI_UNANNOTATED_ENDS:
+            gt_rel = f"{d.name}/proj_depth/groundtruth/image_02/{k:010d}.png"
+            write_kitti_depth(gt_path / gt_rel, _lidar_mask(depth, cam, T, rng))
+        lines.append(f"{rgb_rel} {gt_rel} {cam.fx:.4f}")
+        if progress is not None:
+            progress.update()
+    return lines
+
+
 def _generate_kitti(
-    out: Path, profile: Profile, seed: int, progress: tqdm
+    out: Path, profile: Profile, seed: int, progress: tqdm, workers: int
 ) -> list[dict[str, Any]]:
     root = out / "kitti"
     data_path, gt_path = root / "raw", root / "gt"
     drives = _kitti_drives(profile, seed)
-    car = dataclasses.replace(PLATFORMS["car"], height=KITTI_CAMERA_HEIGHT, pitch=(0.0, 1.0))
-    lines: dict[str, list[str]] = {"train": [], "test": []}
-    line_of: dict[str, list[int]] = {}
-    for date in {d.date for d in drives}:
+    for date in sorted({d.date for d in drives}):
         write_kitti_calib(
             data_path / date / "calib_cam_to_cam.txt", _kitti_camera(date, profile.kitti_scale)
         )
-    for d in drives:
-        rng = np.random.default_rng(stable_seed(seed, "kitti", d.name))
-        cam = _kitti_camera(d.date, profile.kitti_scale)
-        duration = d.frames / 10.0
-        length = car.speed_range("urban_day")[1] * duration * 1.2 + 2 * environments.URBAN_MARGIN
-        world = environments.urban(rng, d.style, length + 40.0)
-        traj = Trajectory(world, car, "urban_day", rng, duration)
-        lighting = day_lighting(rng)
-        renderer = Renderer(world)
-        for k in range(d.frames):
-            T = traj.pose(k / 10.0)
-            img, depth = renderer.render(cam, T, lighting=lighting, max_range=LIDAR_RANGE, rng=rng)
-            assert img is not None
-            rgb_rel = f"{d.date}/{d.name}/image_02/data/{k:010d}.png"
-            write_kitti_rgb(data_path / rgb_rel, img)
-            annotated = KITTI_UNANNOTATED_ENDS <= k < d.frames - KITTI_UNANNOTATED_ENDS
-            gt_rel = "None"
-            if annotated:
-                gt_rel = f"{d.name}/proj_depth/groundtruth/image_02/{k:010d}.png"
-                write_kitti_depth(gt_path / gt_rel, _lidar_mask(depth, cam, T, rng))
-            lines[d.split].append(f"{rgb_rel} {gt_rel} {cam.fx:.4f}")
-            line_of.setdefault(d.name, []).append(len(lines[d.split]))
-            progress.update()
+    tasks = [(d, root, seed, profile) for d in drives]
+    drive_lines = _run(_render_drive, tasks, [d.frames for d in drives], workers, progress)
+    lines: dict[str, list[str]] = {"train": [], "test": []}
+    line_of: dict[str, list[int]] = {}
+    for d, dl in zip(drives, drive_lines, strict=True):
+        start = len(lines[d.split])
+        lines[d.split] += dl
+        line_of[d.name] = list(range(start + 1, start + len(dl) + 1))
     split_files = {
         "train": root / "eigen_train_files_with_gt.txt",
         "test": root / "eigen_test_files_with_gt.txt",
@@ -487,9 +545,19 @@ def _bar(total: int, enabled: bool, desc: str) -> tqdm:
 
 
 def synthesize(
-    scenario: str, profile: str, seed: int, out: str | Path, *, progress: bool = True
+    scenario: str,
+    profile: str,
+    seed: int,
+    out: str | Path,
+    *,
+    progress: bool = True,
+    workers: int = 1,
 ) -> Path:
-    """Generate a scenario into ``out`` and return the manifest's path."""
+    """Generate a scenario into ``out`` and return the manifest's path.
+
+    ``workers`` > 1 renders places (M3ED format) and drives (KITTI) in that many processes; the
+    data are the same whatever the number.
+    """
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r} (choose from {', '.join(SCENARIOS)})")
     if profile not in PROFILES:
@@ -500,15 +568,15 @@ def synthesize(
     if scenario == "hpe":
         plans = hpe_plan(prof, seed)
         with _bar(_m3ed_frames(plans), progress, "hpe") as bar:
-            entries = _render_m3ed_plans(plans, root, seed, prof, bar)
+            entries = _render_m3ed_plans(plans, root, seed, prof, bar, workers)
     else:
         pre = pretrain_plan(prof, seed)
         n_nyu = prof.nyu_train + prof.nyu_test
         n_kitti = sum(d.frames for d in _kitti_drives(prof, seed))
         with _bar(n_nyu + n_kitti + _m3ed_frames(pre), progress, "bmr") as bar:
             entries = _generate_nyu(root, prof, seed, bar)
-            entries += _generate_kitti(root, prof, seed, bar)
-            entries += _render_m3ed_plans(pre, root, seed, prof, bar)
+            entries += _generate_kitti(root, prof, seed, bar, workers)
+            entries += _render_m3ed_plans(pre, root, seed, prof, bar, workers)
     clients: dict[str, dict[str, Any]] = {}
     for e in entries:
         if e["client"] is not None:
