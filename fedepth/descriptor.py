@@ -6,7 +6,7 @@ The descriptor is all a robot ever sends about its data: D means and D variances
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -177,40 +177,55 @@ class DescriptorExtractor:
             feats = self.encoder(images.to(self.device))
             return gem(feats, p=self.p, eps=self.eps).cpu()
 
+    def _pooled_batches(
+        self, frames: Frames, to_tensor: Callable[[Any], torch.Tensor] | None
+    ) -> Iterator[np.ndarray]:
+        """GeM vectors of the sampled frames, one (b, C) array per batch."""
+        convert = to_tensor or image_to_tensor
+        idx = sample_indices(len(frames), self.num_frames, self.seed)
+        for b0 in range(0, idx.size, self.batch_size):
+            batch = torch.stack([convert(frames[int(i)]) for i in idx[b0 : b0 + self.batch_size]])
+            yield self.pooled(batch).numpy()
+
+    def _descriptor(self, moments: RunningMoments | None) -> Descriptor:
+        assert moments is not None  # sample_indices is never empty
+        var = np.maximum(moments.variance, self.var_floor)
+        return Descriptor(mean=moments.mean.copy(), var=var, num_frames=int(moments.count))
+
     def extract(
         self, frames: Frames, *, to_tensor: Callable[[Any], torch.Tensor] | None = None
     ) -> Descriptor:
         """Descriptor of a client whose frames are ``frames`` (indexable, read lazily).
 
         Each frame is an (H, W, 3) uint8 RGB array unless ``to_tensor`` converts it to a
-        (3, H, W) float tensor in [0, 1].
+        (3, H, W) float tensor in [0, 1]. Memory does not grow with the number of frames.
         """
-        convert = to_tensor or image_to_tensor
-        idx = sample_indices(len(frames), self.num_frames, self.seed)
         moments: RunningMoments | None = None
-        for b0 in range(0, idx.size, self.batch_size):
-            batch = torch.stack([convert(frames[int(i)]) for i in idx[b0 : b0 + self.batch_size]])
-            g = self.pooled(batch).numpy()
+        for g in self._pooled_batches(frames, to_tensor):
             if moments is None:
                 moments = RunningMoments(g.shape[1])
             moments.update(g)
-        assert moments is not None  # idx is never empty
-        var = np.maximum(moments.variance, self.var_floor)
-        return Descriptor(mean=moments.mean.copy(), var=var, num_frames=int(idx.size))
+        return self._descriptor(moments)
 
     def per_frame(
         self, frames: Frames, *, to_tensor: Callable[[Any], torch.Tensor] | None = None
     ) -> np.ndarray:
         """The GeM vectors (n_c, C) of the sampled frames themselves (PACFL's feature matrix)."""
-        convert = to_tensor or image_to_tensor
-        idx = sample_indices(len(frames), self.num_frames, self.seed)
-        out = [
-            self.pooled(
-                torch.stack([convert(frames[int(i)]) for i in idx[b0 : b0 + self.batch_size]])
-            ).numpy()
-            for b0 in range(0, idx.size, self.batch_size)
-        ]
-        return np.concatenate(out).astype(np.float64)
+        return self.extract_with_features(frames, to_tensor=to_tensor)[1]
+
+    def extract_with_features(
+        self, frames: Frames, *, to_tensor: Callable[[Any], torch.Tensor] | None = None
+    ) -> tuple[Descriptor, np.ndarray]:
+        """The descriptor and the per-frame GeM vectors (n_c, C, float64) from one pass over the
+        frames: what :meth:`extract` and :meth:`per_frame` return, at the cost of one."""
+        moments: RunningMoments | None = None
+        out = []
+        for g in self._pooled_batches(frames, to_tensor):
+            if moments is None:
+                moments = RunningMoments(g.shape[1])
+            moments.update(g)
+            out.append(g)
+        return self._descriptor(moments), np.concatenate(out).astype(np.float64)
 
 
 def image_to_tensor(image: Any) -> torch.Tensor:

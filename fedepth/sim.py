@@ -24,7 +24,6 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
-from safetensors.numpy import save as safetensors_save
 from tqdm import tqdm
 
 from fedepth import clustering
@@ -219,11 +218,63 @@ def state_nbytes(state: Mapping[str, np.ndarray]) -> int:
     return int(sum(np.asarray(t).nbytes for t in state.values()))
 
 
-def _serialize(states: Sequence[Mapping[str, np.ndarray]]) -> None:
-    """What the wire costs: safetensors-encode the states (the coordinator's format)."""
-    for s in states:
-        if s:
-            safetensors_save({k: np.ascontiguousarray(v) for k, v in s.items()})
+def _wire_encode(groups: Sequence[Mapping[str, np.ndarray]]) -> bytes:
+    """The bytes the coordinator streams for a payload: every tensor's raw little-endian C-order
+    bytes, concatenated (one copy; see fedepth_coordinator.tensors)."""
+    return b"".join(
+        np.ascontiguousarray(a, dtype=np.asarray(a).dtype.newbyteorder("<")).reshape(-1).data
+        for g in groups
+        for a in g.values()
+    )
+
+
+def _wire_decode(payload: bytes, like: Sequence[Mapping[str, np.ndarray]]) -> bool:
+    """What the coordinator does with an upload: rebuild the arrays from the bytes (one copy
+    into place) and check that every float is finite before it may touch an aggregate.
+    False when the coordinator would reject the upload."""
+    buf = np.frombuffer(payload, dtype=np.uint8).copy()
+    offset, finite = 0, True
+    for g in like:
+        for a in g.values():
+            arr = np.asarray(a)
+            view = buf[offset : offset + arr.nbytes].view(arr.dtype.newbyteorder("<"))
+            offset += arr.nbytes
+            if arr.dtype.kind == "f":
+                finite &= bool(np.isfinite(view).all())
+    return finite
+
+
+def distinct_payloads(
+    payloads: Sequence[Sequence[Mapping[str, np.ndarray]]],
+) -> list[Sequence[Mapping[str, np.ndarray]]]:
+    """The non-empty payloads that differ in at least one array object, first occurrence kept:
+    a coordinator encodes a model once however many robots download it."""
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    for groups in payloads:
+        key = tuple(id(a) for g in groups for a in g.values())
+        if key and key not in seen:
+            seen.add(key)
+            out.append(groups)
+    return out
+
+
+def wire_seconds(
+    downloads: Sequence[Sequence[Mapping[str, np.ndarray]]],
+    uploads: Sequence[Sequence[Mapping[str, np.ndarray]]],
+) -> tuple[float, list[int]]:
+    """Seconds the coordinator's wire format costs for one round, measured by doing it: encode
+    each distinct download payload once (robots that get the same model share one stream), and
+    encode + decode + check every upload. Also the indices of the uploads the coordinator would
+    reject for non-finite values."""
+    t0 = time.perf_counter()
+    rejected = []
+    for groups in distinct_payloads(downloads):
+        _wire_encode(groups)
+    for i, groups in enumerate(uploads):
+        if any(groups) and not _wire_decode(_wire_encode(groups), groups):
+            rejected.append(i)
+    return time.perf_counter() - t0, rejected
 
 
 @dataclass
@@ -283,8 +334,7 @@ def prepare_fleet(
         scenario.clients, desc="descriptors", unit="client", leave=False, disable=not progress
     ):
         frames = _client_rgb(c)
-        desc = extractor.extract(frames, to_tensor=to_tensor)
-        feats = extractor.per_frame(frames, to_tensor=to_tensor)
+        desc, feats = extractor.extract_with_features(frames, to_tensor=to_tensor)
         basis = clustering.subspace_basis(feats.T, config.pacfl_basis)
         infos.append(
             ClientInfo(
@@ -300,8 +350,7 @@ def prepare_fleet(
         head = _Concat([seq.rgb_frames()])
         n = min(len(seq), config.descriptor_frames)
         first = _Head(head, n)
-        desc = extractor.extract(first, to_tensor=to_tensor)
-        feats = extractor.per_frame(first, to_tensor=to_tensor)
+        desc, feats = extractor.extract_with_features(first, to_tensor=to_tensor)
         queries.append(
             (seq, desc, {BASIS_KEY: clustering.subspace_basis(feats.T, config.pacfl_basis)})
         )
@@ -356,12 +405,17 @@ class RoundRecord:
 
     round: int
     train_seconds: float
-    overhead_seconds: float
+    aggregate_seconds: float  # strategy.configure_train + aggregate_train
+    wire_seconds: float  # encoding downloads, encoding + decoding + checking uploads
     mean_loss: float
     download_bytes: dict[str, int]
     upload_bytes: dict[str, int]
     test: dict[str, dict[str, float]] | None = None
     routes: dict[str, list[int]] | None = None
+
+    @property
+    def overhead_seconds(self) -> float:
+        return self.aggregate_seconds + self.wire_seconds
 
 
 @dataclass
@@ -374,14 +428,16 @@ class MethodRun:
     per_sequence: dict[str, dict[str, float]]
     groups: dict[str, dict[str, float]]
     clusters: list[list[int]]
-    setup_seconds: float
+    descriptor_seconds: float  # the fleet's descriptors (shared by every method of a run)
+    setup_seconds: float  # strategy.initialize: clustering, tau calibration
     samples: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]
     params: dict[str, Any]
     strategy: Strategy
 
     def summary(self) -> dict[str, Any]:
         train = sum(r.train_seconds for r in self.rounds)
-        over = sum(r.overhead_seconds for r in self.rounds) + self.setup_seconds
+        per_round = sum(r.overhead_seconds for r in self.rounds)
+        over = per_round + self.setup_seconds + self.descriptor_seconds
         return {
             **{k: self.final[k] for k in TABLE_METRICS if k in self.final},
             "final_all": self.final,
@@ -400,6 +456,11 @@ class MethodRun:
                 "train_seconds": train,
                 "overhead_seconds": over,
                 "overhead_fraction": over / max(train + over, 1e-9),
+                "round_overhead_fraction": per_round / max(train + per_round, 1e-9),
+                "descriptor_seconds": self.descriptor_seconds,
+                "setup_seconds": self.setup_seconds,
+                "aggregate_seconds": sum(r.aggregate_seconds for r in self.rounds),
+                "wire_seconds": sum(r.wire_seconds for r in self.rounds),
             },
             "bytes_per_round": {
                 "download_mean": float(
@@ -460,8 +521,7 @@ class Simulation:
         for rnd in bar:
             t_cfg = time.perf_counter()
             tasks = strategy.configure_train(rnd, [cid for cid, _ in participants])
-            _serialize([t.state for t in tasks.values()])
-            overhead = time.perf_counter() - t_cfg
+            configure_s = time.perf_counter() - t_cfg
             # CL takes as many steps per round as the whole federation, so the upper bound sees
             # the same number of gradient steps (and samples) as every federated method.
             steps = cfg.local_steps * len(clients) if pooled else None
@@ -476,14 +536,25 @@ class Simulation:
             train_s = time.perf_counter() - t_train
             for res in results:
                 memory[res.update.cid] = res.memory
+            wire_s, rejected = wire_seconds(
+                [[t.state, *t.hook_state.values()] for t in tasks.values()],
+                [[r.update.state, *r.update.extra.values()] for r in results],
+            )
+            if rejected:
+                log.warning(
+                    "%s round %d: non-finite updates from %s (a coordinator rejects them)",
+                    method,
+                    rnd,
+                    ", ".join(results[i].update.cid for i in rejected),
+                )
             t_agg = time.perf_counter()
-            _serialize([r.update.state for r in results])
             strategy.aggregate_train(rnd, [r.update for r in results])
-            overhead += time.perf_counter() - t_agg
+            aggregate_s = time.perf_counter() - t_agg + configure_s
             rec = RoundRecord(
                 round=rnd,
                 train_seconds=train_s,
-                overhead_seconds=overhead,
+                aggregate_seconds=aggregate_s,
+                wire_seconds=wire_s,
                 mean_loss=float(np.mean([r.update.metrics["loss"] for r in results])),
                 download_bytes={
                     cid: state_nbytes(t.state)
@@ -536,7 +607,8 @@ class Simulation:
             per_seq,
             groups,
             clusters,
-            setup + self.fleet.descriptor_seconds,
+            self.fleet.descriptor_seconds,
+            setup,
             samples,
             params,
             strategy,

@@ -74,6 +74,14 @@ def test_extractor_equals_direct_computation_and_is_batch_size_invariant() -> No
     np.testing.assert_allclose(d4.mean, d7.mean, rtol=1e-6)
     np.testing.assert_allclose(d4.var, d7.var, rtol=1e-5)
     assert d4.num_frames == 12 and d4.dim == 3
+    # one pass for both the descriptor and PACFL's per-frame matrix gives what the two give
+    both, feats = DescriptorExtractor(
+        encoder, num_frames=12, batch_size=4, seed=3
+    ).extract_with_features(frames)
+    np.testing.assert_array_equal(both.mean, d4.mean)
+    np.testing.assert_array_equal(both.var, d4.var)
+    np.testing.assert_allclose(feats, g, rtol=1e-6)
+    assert feats.dtype == np.float64 and feats.shape == (12, 3)
 
 
 def test_extractor_variance_floor_and_single_frame() -> None:

@@ -19,9 +19,11 @@ from fedepth.sim import (
     SequentialExecutor,
     SimConfig,
     Simulation,
+    distinct_payloads,
     initial_model,
     prepare_fleet,
     state_nbytes,
+    wire_seconds,
 )
 
 CFG = sim_config(
@@ -95,7 +97,15 @@ def test_round_records_bytes_and_routes(scenario: Scenario, fleet: Fleet) -> Non
     assert 0 < run.final["abs_rel"] < 100 and 0 <= run.final["d1"] <= 1
     summary = run.summary()
     assert summary["timing"]["train_seconds"] > 0
-    assert 0 <= summary["timing"]["overhead_fraction"] < 1
+    timing = summary["timing"]
+    assert 0 <= timing["round_overhead_fraction"] <= timing["overhead_fraction"] < 1
+    assert timing["wire_seconds"] > 0 and timing["aggregate_seconds"] > 0
+    assert timing["overhead_seconds"] == pytest.approx(
+        timing["descriptor_seconds"]
+        + timing["setup_seconds"]
+        + timing["aggregate_seconds"]
+        + timing["wire_seconds"]
+    )
 
 
 def test_centralized_trains_one_pooled_participant(scenario: Scenario, fleet: Fleet) -> None:
@@ -209,3 +219,15 @@ def test_bench_cli_errors(
     )
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_wire_accounting_encodes_shared_downloads_once_and_flags_non_finite_uploads() -> None:
+    a = {"w": np.ones((256, 256), np.float32), "n": np.array(3, np.int64)}
+    bad = {"w": np.full((256, 256), np.nan, np.float32), "n": np.array(3, np.int64)}
+    # robots sharing one model (same arrays, even in a new dict) cost one encode
+    copy = {k: v.copy() for k, v in a.items()}
+    assert distinct_payloads([[a]] * 40 + [[dict(a)], [copy], [{}]]) == [[a], [copy]]
+    seconds, rejected = wire_seconds([[a]] * 40, [])
+    assert seconds > 0 and rejected == []
+    _, rejected = wire_seconds([], [[a, {"c": np.zeros(4)}], [bad], [a]])
+    assert rejected == [1]
