@@ -65,8 +65,11 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         raise CliError(f"--overlap must lie in [0, 1], got {args.overlap}")
     means, variances, names = _load_descriptors(Path(args.descriptors))
     A = clustering.jeffreys_matrix(means, variances)
-    tau = args.tau if args.tau is not None else clustering.calibrate_tau(A, args.overlap)
-    result = clustering.soft_clustering(A, tau)
+    result = (
+        clustering.soft_clustering(A, args.tau)
+        if args.tau is not None
+        else clustering.calibrate(A, args.overlap)
+    )
     label: Callable[[int], Any] = (lambda i: names[i]) if names else (lambda i: i)
     out = {
         "tau": result.tau,

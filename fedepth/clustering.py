@@ -14,6 +14,7 @@ Everything here is a pure function on numpy arrays:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -184,14 +185,16 @@ def _maximal_rows(S: sparse.csr_matrix) -> np.ndarray:
     Row i is dominated by row j if it is a proper subset of j, or equal to j with j < i (so one
     row of each group of duplicates survives). Both are read off the intersection counts
     ``C = S S^T``: ``C[i, j] == |i|`` means i is contained in j. The cost is that of the sparse
-    product, small when clusters are small compared with the fleet.
+    product, small when clusters are small compared with the fleet; rows with one member are
+    left out of it when the map is a neighbourhood map (see :meth:`_PairMap.merged`).
     """
-    size = np.asarray(S.sum(axis=1)).ravel()
-    C = (S @ S.T).tocoo()
-    i, j, c = C.row, C.col, C.data
-    off = i != j
-    i, j, c = i[off], j[off], c[off]
-    dominated = (c == size[i]) & ((size[j] > size[i]) | ((size[j] == size[i]) & (j < i)))
+    S = sparse.csr_matrix(S)
+    size = np.diff(S.indptr)
+    C = (S @ S.T).tocsr()
+    rows = np.repeat(np.arange(S.shape[0]), np.diff(C.indptr))
+    inside = C.data == size[rows]  # row i is contained in row j (i == j included)
+    i, j = rows[inside], C.indices[inside]
+    dominated = (size[j] > size[i]) | ((size[j] == size[i]) & (j < i))
     drop = np.zeros(S.shape[0], dtype=bool)
     drop[i[dominated]] = True
     drop |= size == 0
@@ -203,11 +206,25 @@ def _canonical_order(m: BoolArray) -> BoolArray:
     rows of a merged map are distinct."""
     if m.shape[0] <= 1:
         return m
-    first = m.argmax(axis=1)
-    size = m.sum(axis=1)
-    packed = np.packbits(m, axis=1)
-    order = sorted(range(m.shape[0]), key=lambda r: (first[r], -size[r], packed[r].tobytes()))
-    return m[np.asarray(order)]
+    return m[_canonical_rows(sparse.csr_matrix(m))]
+
+
+def _canonical_rows(S: sparse.csr_matrix) -> np.ndarray:
+    """The row order of :func:`_canonical_order` for a sparse map without empty rows; the bytes
+    are compared only within ties of the first two keys."""
+    S = sparse.csr_matrix(S)
+    S.sort_indices()
+    size = np.diff(S.indptr)
+    first = S.indices[S.indptr[:-1]]
+    order = np.lexsort((-size, first))
+    key = np.stack([first[order], size[order]], axis=1)
+    starts = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]).any(axis=1), True])
+    for a, b in itertools.pairwise(starts):
+        if b - a > 1:  # equal first member and size: order by the membership bytes
+            tied = order[a:b]
+            packed = np.packbits(S[tied].toarray().astype(bool), axis=1)
+            order[a:b] = tied[sorted(range(b - a), key=lambda r: packed[r].tobytes())]
+    return order
 
 
 def overlap_ratio(M_star: npt.ArrayLike) -> float:
@@ -248,11 +265,7 @@ def soft_clustering(A: npt.ArrayLike, tau: float) -> Clustering:
     a = _check_square(A)
     if tau < 0:
         raise ValueError(f"tau must be >= 0, got {tau}")
-    merged = _PairMap(a, tau).merged(tau).tocoo()
-    dense = np.zeros(merged.shape, dtype=bool)  # straight to bool: no int32 K x N detour
-    dense[merged.row, merged.col] = True
-    m_star = _canonical_order(dense)
-    return Clustering(tau=float(tau), M_star=m_star, overlap=overlap_ratio(m_star))
+    return _PairMap(a, tau).clustering(tau)
 
 
 #: Up to this many distinct candidate thresholds calibrate_tau evaluates every one.
@@ -269,31 +282,55 @@ class _PairMap:
     def __init__(self, a: np.ndarray, t_max: float) -> None:
         n = a.shape[0]
         rows, cols, vals = [], [], []
-        for i0 in range(0, n, _BLOCK):  # upper triangle, block of rows at a time
-            blk = a[i0 : i0 + _BLOCK]
+        for i0 in range(0, n, _BLOCK):  # strict upper triangle, a block of rows at a time
+            i1 = min(n, i0 + _BLOCK)
+            blk = a[i0:i1, i0:]  # columns left of the block lie below the diagonal
             r, c = np.nonzero(blk <= t_max)
-            r = r + i0
-            upper = c > r
-            rows.append(r[upper])
-            cols.append(c[upper])
-            vals.append(blk[r[upper] - i0, c[upper]])
+            upper = c > r  # c counts from column i0
+            r, c = r[upper], c[upper]
+            vals.append(blk[r, c])
+            rows.append(r + i0)
+            cols.append(c + i0)
         self.n = n
+        self.t_max = t_max
         self.i = np.concatenate(rows)
         self.j = np.concatenate(cols)
         self.a = np.concatenate(vals).astype(np.float64)
 
     def merged(self, tau: float) -> sparse.csr_matrix:
-        """The merged map M* at ``tau`` (<= t_max) as a sparse K x N matrix (rows unordered)."""
+        """The merged map M* at ``tau`` (<= t_max) as a sparse K x N matrix (rows unordered).
+
+        Row i of the soft map is i's closed neighbourhood N[i] in the graph of pairs within tau.
+        N[i] can only lie inside N[j] if j is i's neighbour (i is in N[i], hence in N[j]), so a
+        client without neighbours is a maximal singleton and only the others enter the
+        subset test.
+        """
         sel = self.a <= tau
+        i, j = self.i[sel], self.j[sel]
+        linked = np.zeros(self.n, dtype=bool)
+        linked[i] = linked[j] = True
+        nodes = np.flatnonzero(linked)
         diag = np.arange(self.n)
-        r = np.concatenate([diag, self.i[sel], self.j[sel]])
-        c = np.concatenate([diag, self.j[sel], self.i[sel]])
+        r = np.concatenate([diag, i, j])
+        c = np.concatenate([diag, j, i])
         S = sparse.csr_matrix((np.ones(r.size, dtype=np.int32), (r, c)), shape=(self.n, self.n))
-        return S[_maximal_rows(S)]
+        if nodes.size == 0:
+            return S
+        keep = nodes[_maximal_rows(S[nodes])]
+        lonely = np.flatnonzero(~linked)
+        return S[np.concatenate([keep, lonely])]
 
     def overlap(self, tau: float) -> float:
         counts = np.asarray(self.merged(tau).sum(axis=0)).ravel()
         return float((counts >= 2).mean())
+
+    def clustering(self, tau: float) -> Clustering:
+        merged = self.merged(tau)
+        merged = merged[_canonical_rows(merged)].tocoo()
+        m_star = np.zeros(merged.shape, dtype=bool)  # straight to bool: no int32 K x N detour
+        m_star[merged.row, merged.col] = True
+        overlap = float((np.bincount(merged.col, minlength=self.n) >= 2).mean())
+        return Clustering(tau=float(tau), M_star=m_star, overlap=overlap)
 
 
 def calibrate_tau(
@@ -317,24 +354,34 @@ def calibrate_tau(
     (no client is in two clusters), as do all-singletons; the target 0 therefore returns the
     smallest candidate threshold.
     """
+    return calibrate(A, overlap, exhaustive_limit=exhaustive_limit).tau
+
+
+def calibrate(
+    A: npt.ArrayLike, overlap: float, *, exhaustive_limit: int = EXHAUSTIVE_LIMIT
+) -> Clustering:
+    """The clustering at :func:`calibrate_tau`'s threshold, built from the pairs the search has
+    already gathered (one scan of A fewer than ``soft_clustering(A, calibrate_tau(A, r))``,
+    which it equals)."""
     a = _check_square(A)
     if not 0.0 <= overlap <= 1.0:
         raise ValueError(f"the target overlap ratio must lie in [0, 1], got {overlap}")
     n = a.shape[0]
     if n == 1:
-        return 0.0
+        return _PairMap(a, 0.0).clustering(0.0)
     upper = a[np.triu_indices(n, 1)] if n <= 2048 else None
     if upper is not None:
         cand = np.unique(upper[np.isfinite(upper)])
         if cand.size == 0:
-            return 0.0
+            return _PairMap(a, 0.0).clustering(0.0)
         if cand.size <= exhaustive_limit:
             pairs = _PairMap(a, float(cand[-1]))
             errors = np.array([abs(pairs.overlap(t) - overlap) for t in cand])
-            return float(cand[int(np.argmin(errors))])  # argmin: the smallest tau of the ties
+            # argmin: the smallest tau of the ties
+            return pairs.clustering(float(cand[int(np.argmin(errors))]))
     # Close enough: within half a client, or a quarter of a percentage point for large fleets.
     tolerance = max(0.5 / n, OVERLAP_TOLERANCE)
-    best_tau, best_err = np.inf, np.inf
+    best_tau, best_err, best_pairs = np.inf, np.inf, None
     fraction = min(0.01, 16.0 / n)  # start near a handful of neighbours per client
     while True:
         pairs = _PairMap(a, _pair_quantile(a, fraction))
@@ -342,9 +389,11 @@ def calibrate_tau(
         if cand.size:
             tau, err = _grid_search(pairs, cand, overlap, tolerance)
             if err < best_err or (err == best_err and tau < best_tau):
-                best_tau, best_err = tau, err
+                best_tau, best_err, best_pairs = tau, err, pairs
         if fraction >= 1.0 or best_err <= tolerance:
-            return float(best_tau) if np.isfinite(best_tau) else 0.0
+            if best_pairs is None:
+                return _PairMap(a, 0.0).clustering(0.0)
+            return best_pairs.clustering(float(best_tau))
         fraction = min(1.0, fraction * 4)
 
 

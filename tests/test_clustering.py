@@ -159,6 +159,9 @@ def test_merge_properties(M: np.ndarray) -> None:
         assert any(frozenset(np.flatnonzero(r)) <= s for s in rows)
     # idempotent
     np.testing.assert_array_equal(C.merge_subsets(M_star), M_star)
+    # canonical order: (first member, larger first, membership bytes)
+    key = [(int(r.argmax()), -int(r.sum()), np.packbits(r).tobytes()) for r in M_star]
+    assert key == sorted(key)
 
 
 @settings(max_examples=100, deadline=None)
@@ -215,6 +218,14 @@ def test_calibrate_tau_grid_search_on_a_large_fleet() -> None:
     err_exact = abs(C.soft_clustering(A, exact).overlap - 0.2)
     err_grid = abs(C.soft_clustering(A, grid).overlap - 0.2)
     assert err_grid <= err_exact + 0.02
+    # calibrate() builds the map from the pairs its search gathered: same result as a fresh scan
+    for limit in (10**9, 50):
+        got = C.calibrate(A, 0.2, exhaustive_limit=limit)
+        ref = C.soft_clustering(A, C.calibrate_tau(A, 0.2, exhaustive_limit=limit))
+        assert got.tau == ref.tau and got.overlap == ref.overlap
+        np.testing.assert_array_equal(got.M_star, ref.M_star)
+    assert C.calibrate(A4, 0.5).clusters() == [[0, 1, 2], [1, 2, 3]]
+    assert C.calibrate(np.zeros((1, 1)), 0.2).clusters() == [[0]]
 
 
 def test_route() -> None:

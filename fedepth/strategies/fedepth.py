@@ -44,7 +44,9 @@ class FeDepth(ClusteredStrategy):
         means, variances = stack_descriptors(self._descriptors(self.clients))
         self.A = clustering.jeffreys_matrix(means, variances)
         if self.tau is None:
-            self.tau = clustering.calibrate_tau(self.A, self.target_overlap)
+            result = clustering.calibrate(self.A, self.target_overlap)
+            self.tau = result.tau
+            return result.M_star
         return clustering.soft_clustering(self.A, self.tau).M_star
 
     def divergences(self, descriptor: Descriptor) -> np.ndarray:
