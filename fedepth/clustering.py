@@ -269,6 +269,8 @@ def soft_clustering(A: npt.ArrayLike, tau: float) -> Clustering:
 #: Up to this many distinct candidate thresholds calibrate_tau evaluates every one.
 EXHAUSTIVE_LIMIT = 1024
 _GRID = 16
+#: Fleets up to this size evaluate overlaps with dense matrices (see _PairMap._overlap_dense).
+DENSE_LIMIT = 256
 #: The searched calibration (more candidates than EXHAUSTIVE_LIMIT) stops once the overlap is
 #: this close to the target (or within half a client, whichever is larger).
 OVERLAP_TOLERANCE = 0.0025
@@ -319,8 +321,28 @@ class _PairMap:
         return S[np.concatenate([keep, lonely])]
 
     def overlap(self, tau: float) -> float:
+        if self.n <= DENSE_LIMIT:
+            return self._overlap_dense(tau)
         counts = np.asarray(self.merged(tau).sum(axis=0)).ravel()
         return float((counts >= 2).mean())
+
+    def _overlap_dense(self, tau: float) -> float:
+        """:meth:`overlap` with dense matrices: faster for small fleets, where the calibration
+        evaluates up to ``EXHAUSTIVE_LIMIT`` thresholds."""
+        n = self.n
+        sel = self.a <= tau
+        m = np.eye(n, dtype=np.float32)
+        m[self.i[sel], self.j[sel]] = 1.0
+        m[self.j[sel], self.i[sel]] = 1.0
+        inter = m @ m  # symmetric map: |N[i] & N[j]|, exact in float32 below 2^24 members
+        size = m.sum(axis=1)
+        idx = np.arange(n)
+        dominated = (inter == size[:, None]) & (
+            (size[None, :] > size[:, None])
+            | ((size[None, :] == size[:, None]) & (idx[None, :] < idx[:, None]))
+        )
+        keep = ~dominated.any(axis=1)
+        return float((m[keep].sum(axis=0) >= 2).mean())
 
     def clustering(self, tau: float) -> Clustering:
         merged = self.merged(tau)

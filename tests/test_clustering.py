@@ -307,3 +307,14 @@ def test_largest_gap_threshold_and_k_clusters() -> None:
     np.testing.assert_array_equal(C.hard_clusters_k(A, 2), [[1, 1, 0, 0], [0, 0, 1, 1]])
     assert C.hard_clusters_k(A, 1).shape == (1, 4)
     assert C.hard_clusters_k(A, 4).shape == (4, 4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(descriptor_sets, st.floats(0, 200))
+def test_dense_and_sparse_overlap_agree(data: tuple[np.ndarray, np.ndarray], tau: float) -> None:
+    m, v = data
+    A = C.jeffreys_matrix(m, v)
+    pairs = C._PairMap(A, np.inf)
+    expected = C.overlap_ratio(C.merge_subsets(C.soft_cluster_map(A, tau)))
+    assert pairs._overlap_dense(tau) == expected
+    assert float((np.asarray(pairs.merged(tau).sum(axis=0)).ravel() >= 2).mean()) == expected
