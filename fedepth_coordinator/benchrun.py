@@ -73,7 +73,7 @@ from fedepth.strategies import (
 from fedepth_coordinator.auth import add_principal
 from fedepth_coordinator.blobs import BlobReader
 from fedepth_coordinator.client import CoordinatorClient, DownloadedModel, open_channel
-from fedepth_coordinator.config import config_from_dict
+from fedepth_coordinator.config import CoordinatorConfig, config_from_dict
 from fedepth_coordinator.domain import Phase, UploadReceipt
 from fedepth_coordinator.robot import RobotLoop, RobotProfile
 from fedepth_coordinator.simulate import CoordinatorProcess
@@ -85,7 +85,7 @@ log = logging.getLogger(__name__)
 #: The principal the parent routes test sequences as.
 OPERATOR = "bench-operator"
 _NO_DEADLINE_S = 30 * 24 * 3600.0
-_POLL_S = 0.05
+_POLL_S = 0.1
 
 
 def robot_id(index: int, name: str, count: int) -> str:
@@ -228,12 +228,14 @@ class GrpcBench:
         self._launches = 0
         self._next: _Launch | None = None
         self._ready = False
+        self._broken = False
 
     # -- robot processes ---------------------------------------------------------------------
     def _spawn_robots(self) -> None:
         w = self.workdir
-        for sub in ("robots", "sessions", "gates", "results"):
-            (w / sub).mkdir(parents=True, exist_ok=True)
+        for sub in ("robots", "sessions", "gates", "results"):  # nothing of an earlier bench
+            shutil.rmtree(w / sub, ignore_errors=True)
+            (w / sub).mkdir(parents=True)
         creds = w / "credentials.yaml"
         creds.unlink(missing_ok=True)
         for rid in [*self.ids, OPERATOR]:
@@ -257,7 +259,8 @@ class GrpcBench:
                 "labels": dict(info.labels),
                 "extra": sorted(info.extra),
             }
-        np.savez(w / "fleet.npz", **arrays)  # type: ignore[arg-type]  # float64 in, float64 out: no rounding
+        # float64 in, float64 out: the robots send exactly the parent's descriptors
+        np.savez(w / "fleet.npz", **arrays)  # type: ignore[arg-type]
         # the robots' tokens are throwaway (loopback, this run only); removed at close
         fd = os.open(w / "tokens.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -328,7 +331,8 @@ class GrpcBench:
         self._next = None
         if self._procs:
             (w / "sessions" / "end").touch()
-            end = time.monotonic() + 30.0
+            # robots stuck in a failed run do not see the end marker: no grace for them
+            end = time.monotonic() + (1.0 if self._broken else 30.0)
             for proc in self._procs.values():
                 try:
                     proc.wait(max(0.1, end - time.monotonic()))
@@ -342,6 +346,7 @@ class GrpcBench:
                     proc.wait()
             self._procs = {}
             self._ready = False
+            self._broken = False
         for name in ("tokens.json", "fleet.json", "fleet.npz", "initial.safetensors"):
             (w / name).unlink(missing_ok=True)
 
@@ -357,7 +362,9 @@ class GrpcBench:
         self.close()
 
     # -- one method --------------------------------------------------------------------------
-    def _coordinator_config(self, method: str, params: Mapping[str, Any], state_dir: Path) -> Any:
+    def _coordinator_config(
+        self, method: str, params: Mapping[str, Any], state_dir: Path
+    ) -> CoordinatorConfig:
         n = len(self.ids)
         dims = [i.descriptor.dim for i in self.fleet.infos if i.descriptor is not None]
         summary_bytes = max(
@@ -480,6 +487,9 @@ class GrpcBench:
                 coordinator,
             )
             peak_rss = coordinator.peak_rss_bytes()
+        except BaseException:
+            self._broken = True
+            raise
         finally:
             bar.close()
             status = coordinator.stop() if coordinator.proc is not None else -1
