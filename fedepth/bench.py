@@ -40,6 +40,7 @@ from fedepth.sim import (
     prepare_fleet,
     pretrain,
 )
+from fedepth.strategies import create_strategy
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,9 @@ class BenchSpec:
     sweep: tuple[float, ...] = ()
     executor: str = "sequential"
     progress: bool = True
+    #: "inprocess" (the Simulation loop) or "grpc" (a real coordinator subprocess per method and
+    #: one process per robot on loopback; see fedepth_coordinator.benchrun)
+    transport: str = "inprocess"
 
 
 #: Simulation sizes per data profile (every field can be overridden on the command line).
@@ -162,6 +166,10 @@ def ensure_weights(spec: BenchSpec, scenario: Scenario) -> Path:
     return path
 
 
+def _sweep_params(ratio: float) -> dict[str, Any]:
+    return {"tau": float("inf")} if ratio >= 1.0 else {"overlap": ratio}
+
+
 def sweep_name(ratio: float) -> str:
     return f"fedepth@{round(ratio * 100):d}%"
 
@@ -178,6 +186,7 @@ def run_benchmark(spec: BenchSpec, *, echo: Callable[[str], None] = print) -> di
     initial = get_state(model)
     executor = make_executor(spec.executor)
     sim = Simulation(fleet, initial, spec.sim, executor)
+    grpc = _grpc_bench(spec, fleet, initial)
     runs: dict[str, MethodRun] = {}
     sweep_runs: dict[float, MethodRun] = {}
 
@@ -191,8 +200,9 @@ def run_benchmark(spec: BenchSpec, *, echo: Callable[[str], None] = print) -> di
             "weights": str(weights),
             "num_clients": len(fleet.infos),
             "num_test_sequences": len(fleet.test_queries),
-            "methods": {m: r.summary() for m, r in runs.items()},
-            "overlap_sweep": {f"{ratio:g}": r.summary() for ratio, r in sweep_runs.items()},
+            "transport": spec.transport,
+            "methods": {m: _summary(r) for m, r in runs.items()},
+            "overlap_sweep": {f"{ratio:g}": _summary(r) for ratio, r in sweep_runs.items()},
             "wall_seconds": time.perf_counter() - t_start,
         }
 
@@ -201,21 +211,44 @@ def run_benchmark(spec: BenchSpec, *, echo: Callable[[str], None] = print) -> di
         tmp.write_text(json.dumps(collect(), indent=2, default=_json))
         tmp.replace(spec.out / "results.json")
 
+    # the runs through the coordinator, in order (method, strategy params; None: the config's)
+    plan: list[tuple[str, dict[str, Any] | None]] = []
+    if grpc is not None:
+        plan = [(m, None) for m in spec.methods if not is_pooled(m, spec.sim)]
+        plan += [("fedepth", _sweep_params(r)) for r in spec.sweep]
+
+    def run_grpc(method: str, params: dict[str, Any] | None) -> MethodRun:
+        plan.pop(0)
+        return grpc.run(method, params, then=plan[0] if plan else None)
+
     try:
+        if grpc is not None:  # robots start up while in-process methods run
+            grpc.start(plan[0] if plan else None)
         for method in spec.methods:
-            runs[method] = sim.run(method, progress=spec.progress)
+            if grpc is not None and is_pooled(method, spec.sim):
+                echo(f"{method}: one pooled participant, not a fleet of robots: run in-process")
+                runs[method] = sim.run(method, progress=spec.progress)
+            elif grpc is not None:
+                runs[method] = run_grpc(method, None)
+            else:
+                runs[method] = sim.run(method, progress=spec.progress)
             echo(_one_line(method, runs[method]))
             checkpoint()
         for ratio in spec.sweep:
-            params = dict(spec.sim.method_params)
-            params["fedepth"] = {"tau": float("inf")} if ratio >= 1.0 else {"overlap": ratio}
-            sweep_sim = Simulation(
-                fleet, initial, replace(spec.sim, method_params=params), executor
-            )
-            sweep_runs[ratio] = sweep_sim.run("fedepth", progress=spec.progress)
+            if grpc is not None:
+                sweep_runs[ratio] = run_grpc("fedepth", _sweep_params(ratio))
+            else:
+                params = dict(spec.sim.method_params)
+                params["fedepth"] = _sweep_params(ratio)
+                sweep_sim = Simulation(
+                    fleet, initial, replace(spec.sim, method_params=params), executor
+                )
+                sweep_runs[ratio] = sweep_sim.run("fedepth", progress=spec.progress)
             echo(_one_line(sweep_name(ratio), sweep_runs[ratio]))
             checkpoint()
     finally:
+        if grpc is not None:
+            grpc.close()
         executor.close()
         scenario.close()
     results = collect()
@@ -228,6 +261,7 @@ def run_benchmark(spec: BenchSpec, *, echo: Callable[[str], None] = print) -> di
                 "methods": list(spec.methods),
                 "sweep": list(spec.sweep),
                 "executor": spec.executor,
+                "transport": spec.transport,
                 "data_dir": str(root),
                 "weights": str(weights),
             },
@@ -238,6 +272,29 @@ def run_benchmark(spec: BenchSpec, *, echo: Callable[[str], None] = print) -> di
     write_figures(spec.out, fleet, runs, spec.sim)
     (spec.out / "report.md").write_text(render_report(results, fleet))
     return results
+
+
+def _grpc_bench(spec: BenchSpec, fleet: Fleet, initial: dict[str, np.ndarray]) -> Any:
+    """The gRPC runner (None for the in-process transport); grpc is imported only here."""
+    if spec.transport == "inprocess":
+        return None
+    if spec.transport != "grpc":
+        raise ValueError(f"unknown transport {spec.transport!r}; choose inprocess or grpc")
+    from fedepth_coordinator.benchrun import GrpcBench
+
+    return GrpcBench(fleet, initial, spec.sim, spec.out / "grpc", progress=spec.progress)
+
+
+def is_pooled(method: str, config: SimConfig) -> bool:
+    """Whether a method trains one pooled participant (CL) instead of the fleet's clients."""
+    strategy = create_strategy(method, **dict(config.method_params.get(method, {})))
+    return bool(getattr(strategy, "pooled", False))
+
+
+def _summary(run: MethodRun) -> dict[str, Any]:
+    out = run.summary()
+    out.setdefault("transport", "inprocess")
+    return out
 
 
 def _json(o: Any) -> Any:
@@ -294,6 +351,18 @@ def render_report(results: dict[str, Any], fleet: Fleet) -> str:
         f"sequences; numbers are means over the last rounds (see config.json). "
         f"Wall time {results['wall_seconds'] / 60:.1f} min.",
         "",
+    ]
+    if results.get("transport") == "grpc":
+        local = [k for k, v in m.items() if v.get("transport") != "grpc"]
+        out += [
+            "Transport: **gRPC**. Each method ran through a real `fedepth-coordinator` process "
+            "with one robot process per client on loopback; for the same seed the numbers are "
+            "those of the in-process run, and time now includes the wire "
+            "(see docs/coordinator.md)."
+            + (f" Run in-process (not a fleet): {', '.join(local)}." if local else ""),
+            "",
+        ]
+    out += [
         f"## Table {table_no}: methods",
         "",
         _table([(k, v) for k, v in m.items()], TABLE_METRICS, arrows),

@@ -174,6 +174,7 @@ def _bench_spec(
         sweep=sweep,
         executor=args.executor,
         progress=not args.quiet,
+        transport=args.transport,
     )
 
 
@@ -181,6 +182,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from fedepth.bench import format_table, run_benchmark
 
     spec = _bench_spec(args, _methods(args.methods), _sweep(args.sweep))
+    if spec.transport == "grpc" and spec.executor != "sequential":
+        raise CliError(
+            "--transport grpc trains in one process per robot; --executor does not apply"
+        )
     results = run_benchmark(spec, echo=lambda line: print(line, file=sys.stderr))
     print(format_table(results))
     print(f"wrote {spec.out / 'results.json'}, {spec.out / 'report.md'} and figures")
@@ -703,6 +708,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="sequential",
         choices=("sequential", "ray"),
         help="where client training runs (ray: local or existing Ray cluster)",
+    )
+    p.add_argument(
+        "--transport",
+        default="inprocess",
+        choices=("inprocess", "grpc"),
+        help="inprocess (default): the strategy and clients in this process; grpc: each "
+        "method through a real fedepth-coordinator subprocess and one process per robot on "
+        "loopback (same seed, same weights; slower; CL stays in-process). Logs in DIR/grpc",
     )
     p.set_defaults(func=cmd_bench)
 

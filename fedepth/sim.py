@@ -36,6 +36,7 @@ from fedepth.models import DepthModel, create_model, set_state
 from fedepth.strategies import (
     ClientInfo,
     ClientUpdate,
+    RouteDecision,
     Strategy,
     TrainTask,
     create_strategy,
@@ -135,6 +136,19 @@ def run_job(config: SimConfig, job: ClientJob, model: DepthModel | None = None) 
         metrics={"loss": float(np.mean(result.losses))},
     )
     return JobResult(update=update, memory=memory, seconds=result.seconds)
+
+
+class Router(Protocol):
+    """What evaluation needs of a strategy: routing an unseen sequence to a model (a
+    :class:`~fedepth.strategies.Strategy`, or a client of a coordinator running one)."""
+
+    def route(
+        self,
+        descriptor: Descriptor | None,
+        *,
+        labels: Mapping[str, str] | None = None,
+        extra: Mapping[str, np.ndarray] | None = None,
+    ) -> RouteDecision: ...
 
 
 class Executor(Protocol):
@@ -615,7 +629,7 @@ class Simulation:
         )
 
     def evaluate(
-        self, strategy: Strategy
+        self, strategy: Router
     ) -> tuple[
         dict[str, dict[str, float]],
         dict[str, list[int]],
