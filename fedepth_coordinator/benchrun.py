@@ -509,7 +509,7 @@ class GrpcBench:
             reports[rid] = {int(r): row for r, row in rows.items()}
         # setup: coordinator start-up, then registration, descriptors and clustering
         formed = drive.formed_at if drive.formed_at is not None else t_session
-        setup = start_s + (formed - t_session) + self.fleet.descriptor_seconds
+        setup = start_s + (formed - t_session)
         return self._method_run(method, params, strategy, reports, drive, setup, peak_rss)
 
     def _drive(
@@ -572,8 +572,10 @@ class GrpcBench:
                 round=rnd,
                 train_seconds=float(sum(p["train_s"] for p in per)),
                 # the round was open but no robot was training (or waiting on evaluation):
-                # transfers, checks, aggregation, long-poll wake-ups
-                overhead_seconds=max(0.0, wall - busy),
+                # transfers, checks, aggregation, long-poll wake-ups; from outside the
+                # coordinator they cannot be told apart, so all of it counts as wire time
+                aggregate_seconds=0.0,
+                wire_seconds=max(0.0, wall - busy),
                 mean_loss=float(np.mean([p["loss"] for p in per])),
                 download_bytes={
                     self.cids[rid]: reports[rid][rnd]["down_bytes"] for rid in self.ids
@@ -628,6 +630,7 @@ class GrpcBench:
             per_seq,
             groups,
             clusters,
+            self.fleet.descriptor_seconds,
             setup,
             drive.samples,
             out_params,
