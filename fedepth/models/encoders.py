@@ -11,9 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torchvision
 from torch import nn
-from torchvision.models.feature_extraction import create_feature_extractor
 
 
 @dataclass(frozen=True)
@@ -111,6 +109,11 @@ class Encoder(nn.Module):
             raise KeyError(
                 f"unknown encoder {name!r}; known encoders: {', '.join(list_encoders())}"
             )
+        # torchvision is imported here, not at module level: it pulls in torch._dynamo (seconds
+        # of start-up) that processes only aggregating weights, like the coordinator, never need
+        import torchvision
+        from torchvision.models.feature_extraction import create_feature_extractor
+
         spec = ENCODERS[name]
         backbone: nn.Module = getattr(torchvision.models, name)(weights=None)
         if weights is not None:
