@@ -6,12 +6,19 @@
    same run and interleaved so both see the same machine load. Both receivers write into a
    freshly allocated buffer, as a robot receiving a model does. Target: gRPC >= 1/2 of TCP.
    For reference, bare grpcio (bytes messages of the same size, no protobuf, no coordinator)
-   shows how much of the gap is gRPC's own.
+   shows how much of the gap is gRPC's own. With the SQLite store, the disk's share follows: the
+   same bytes through the coordinator's blob writer (write, then commit: fsync, rename,
+   directory fsync) and written plainly with one fsync, as fractions of the median upload.
+   ``--max-update-norm`` turns the norm bound on (the robots send back what they downloaded).
+   Figures, with the machine and its load: docs/coordinator.md.
 2. Aggregation: FedAvg over N spilled updates exactly as the coordinator runs it (tensors read
    back from the blob files one at a time), against a plain numpy sum of the same arrays held
    in memory.
 
-    python benchmarks/transfer.py [--size-mb 64] [--repeats 5] [--updates 16] [--json OUT]
+    PYTHONPATH=. python benchmarks/transfer.py [--size-mb 64] [--repeats 5] [--updates 16]
+        [--max-update-norm X] [--json OUT]
+
+(``PYTHONPATH=.``: measure this checkout even where another copy of the packages is installed.)
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import socket
 import statistics
 import sys
@@ -169,11 +177,52 @@ class RawGrpc:
         self.proc.join(10)
 
 
+# -- the disk: what the coordinator's upload pays that the TCP copy does not -------------------
+def disk_cost(nbytes: int, chunk: int, workdir: Path, repeats: int = 3) -> dict[str, float]:
+    """Median seconds to spill ``nbytes`` as the coordinator does (its SQLite store's blob
+    writer: preallocated, early writeback, commit = fsync + rename + directory fsync), and to
+    write the same bytes plainly and fsync them once at the end."""
+    payload = np.random.default_rng(1).integers(0, 255, nbytes, dtype=np.uint8).tobytes()
+    view = memoryview(payload)
+    store = SqliteStore(workdir / "disk")
+    runs: dict[str, list[float]] = {k: [] for k in ("write", "commit", "plain_write", "fsync")}
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        writer = store.blob_writer(f"spill-{i}", size=nbytes)
+        for pos in range(0, nbytes, chunk):
+            writer.write(view[pos : pos + chunk])
+        t1 = time.perf_counter()
+        writer.commit()
+        t2 = time.perf_counter()
+        store.delete_blob(f"spill-{i}")
+        path = workdir / "disk" / f"plain-{i}.bin"
+        t3 = time.perf_counter()
+        with open(path, "wb", buffering=0) as f:
+            for pos in range(0, nbytes, chunk):
+                f.write(view[pos : pos + chunk])
+            t4 = time.perf_counter()
+            os.fsync(f.fileno())
+        t5 = time.perf_counter()
+        path.unlink()
+        for k, v in zip(runs, (t1 - t0, t2 - t1, t4 - t3, t5 - t4), strict=True):
+            runs[k].append(v)
+    store.close()
+    return {k: statistics.median(v) for k, v in runs.items()}
+
+
 # -- the coordinator ----------------------------------------------------------------------------
 class GrpcPath:
     """Robot a is timed; robot b uploads afterwards so that each round closes."""
 
-    def __init__(self, workdir: Path, size_mb: float, chunk: int, backend: str, bdp: bool) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        size_mb: float,
+        chunk: int,
+        backend: str,
+        bdp: bool,
+        max_update_norm: float | None = None,
+    ) -> None:
         creds = workdir / "credentials.yaml"
         self.tokens = {r: add_principal(creds, r) for r in ("a", "b")}
         config = config_from_dict(
@@ -190,6 +239,7 @@ class GrpcPath:
                 "strategy": {"name": "fedavg", "params": {}},
                 "model": {"synthetic": {"num_tensors": 8, "size_mb": size_mb}},
                 "state": {"dir": str(workdir / f"state-{backend}"), "backend": backend},
+                "validation": {"max_update_norm": max_update_norm},
                 "log_level": "WARNING",
             }
         )
@@ -228,9 +278,15 @@ class GrpcPath:
 
 
 def transfer(
-    size_mb: float, repeats: int, chunk: int, backend: str, bdp: bool, workdir: Path
+    size_mb: float,
+    repeats: int,
+    chunk: int,
+    backend: str,
+    bdp: bool,
+    workdir: Path,
+    max_update_norm: float | None = None,
 ) -> dict[str, Any]:
-    grpc_path = GrpcPath(workdir, size_mb, chunk, backend, bdp)
+    grpc_path = GrpcPath(workdir, size_mb, chunk, backend, bdp, max_update_norm)
     _, _, nbytes = grpc_path.one_round()  # warm-up, and the exact byte count
     tcp = TcpBaseline(nbytes)
     raw = RawGrpc(nbytes, chunk)
@@ -250,14 +306,21 @@ def transfer(
         grpc_path.close()
         tcp.close()
         raw.close()
+    disk = disk_cost(nbytes, chunk, workdir) if backend == "sqlite" else None
     mbps = {k: [nbytes / t / 1e6 for t in v] for k, v in times.items()}
     med = {k: statistics.median(v) for k, v in mbps.items()}
+    upload_s = statistics.median(times["grpc_up"])
     return {
         "backend": backend,
         "chunk_bytes": chunk,
         "bdp_probe": bdp,
+        "max_update_norm": max_update_norm,
         "model_bytes": nbytes,
         "repeats": repeats,
+        "median_upload_s": upload_s,
+        "disk_s": disk,
+        "commit_share_of_upload": None if disk is None else disk["commit"] / upload_s,
+        "plain_fsync_share_of_upload": None if disk is None else disk["fsync"] / upload_s,
         "median_MBps": med,
         "best_MBps": {k: max(v) for k, v in mbps.items()},
         "download_ratio": med["grpc_down"] / med["tcp_down"],
@@ -329,6 +392,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunk-kb", type=int, default=1024, help="stream chunk size (default 1024)")
     p.add_argument("--backend", choices=["sqlite", "memory"], default="sqlite")
     p.add_argument("--bdp", action="store_true", help="server.bdp_probe on (default off)")
+    p.add_argument(
+        "--max-update-norm",
+        type=float,
+        help="validation.max_update_norm (default none); the robots send back what they got",
+    )
     p.add_argument("--skip-aggregation", action="store_true")
     p.add_argument("--updates", type=int, default=16, help="updates to aggregate (default 16)")
     p.add_argument("--agg-size-mb", type=float, default=10.0)
@@ -336,7 +404,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="fedepth-transfer-") as tmp:
         work = Path(tmp)
-        t = transfer(args.size_mb, args.repeats, args.chunk_kb << 10, args.backend, args.bdp, work)
+        t = transfer(
+            args.size_mb,
+            args.repeats,
+            args.chunk_kb << 10,
+            args.backend,
+            args.bdp,
+            work,
+            args.max_update_norm,
+        )
         a = None if args.skip_aggregation else aggregation(args.agg_size_mb, args.updates, work)
     m = t["median_MBps"]
     lines = [
@@ -346,8 +422,22 @@ def main(argv: list[str] | None = None) -> int:
         f"{t['download_ratio']:.2f}   (bare grpcio {m['raw_down']:6.0f})",
         f"  upload    coordinator {m['grpc_up']:6.0f}   TCP {m['tcp_up']:6.0f}   ratio "
         f"{t['upload_ratio']:.2f}   (bare grpcio {m['raw_up']:6.0f})",
-        f"  (coordinator uploads are checked and spilled to the {t['backend']} store)",
+        "  (coordinator uploads are checked"
+        + ("" if t["max_update_norm"] is None else " with a norm bound")
+        + f" and spilled to the {t['backend']} store)",
     ]
+    d = t["disk_s"]
+    if d is not None:
+        ms = {k: v * 1e3 for k, v in d.items()}
+        up_ms = t["median_upload_s"] * 1e3
+        lines += [
+            f"  disk, the same bytes written in a loop (median ms; upload {up_ms:.0f}): the "
+            f"coordinator's blob writer {ms['write']:.0f} + commit {ms['commit']:.0f} (fsync, "
+            f"rename, directory fsync: {t['commit_share_of_upload']:.0%} of the upload; less "
+            "in an upload, whose stream overlaps the early writeback); plain writes "
+            f"{ms['plain_write']:.0f} + one fsync {ms['fsync']:.0f} "
+            f"({t['plain_fsync_share_of_upload']:.0%}). The TCP copy never touches the disk.",
+        ]
     if a is not None:
         lines += [
             f"aggregation of {a['updates']} updates, {a['update_bytes'] / 1e6:.0f} MB "

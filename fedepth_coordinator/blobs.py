@@ -47,8 +47,9 @@ def header_bytes(layout: Layout) -> bytes:
 
 def start_blob(store: Store, key: str, layout: Layout) -> BlobWriter:
     """A writer for blob ``key`` with its header written; the caller writes the tensor bytes."""
-    writer = store.blob_writer(key)
-    writer.write(header_bytes(layout))
+    header = header_bytes(layout)
+    writer = store.blob_writer(key, size=len(header) + layout.total_bytes)
+    writer.write(header)
     return writer
 
 

@@ -36,7 +36,7 @@ class ServerConfig:
     #: Size of the chunks weights are streamed in (<= max_message_bytes - 64 KiB).
     chunk_bytes: int = 1 << 20
     #: Weight streams (downloads, uploads) in flight at once; the others wait their turn with
-    #: little buffered. The coordinator's transfer buffers stay near max_transfers x 2 chunks.
+    #: little buffered. The coordinator's transfer buffers stay near max_transfers x 5 chunks.
     max_transfers: int = 16
     #: HTTP/2 BDP probing grows flow-control windows for fast single streams, but the
     #: coordinator then buffers whole uploads of many robots at once, even those waiting for a

@@ -70,6 +70,7 @@ from fedepth_coordinator.errors import (
     PermissionDeniedError,
     ResourceExhaustedError,
 )
+from fedepth_coordinator.pipeline import consume_in_worker
 from fedepth_coordinator.state.base import (
     ID_PATTERN,
     Checkpoint,
@@ -93,6 +94,8 @@ INITIAL_BLOB = "initial"
 MAX_LABELS = 16
 MAX_LABEL_CHARS = 128
 MAX_METRICS = 64
+#: Chunks of an upload received but not yet checked and written, at most (per transfer).
+SPILL_QUEUE_CHUNKS = 2
 
 
 @dataclass
@@ -609,9 +612,13 @@ class Coordinator:
                 max_norm=self.config.validation.max_update_norm,
             )
             with self._transfers, start_blob(self.store, key, header.layout) as writer:
-                for chunk in chunks:
+
+                def spill(chunk: bytes | memoryview) -> None:
                     checker.feed(chunk)
                     writer.write(chunk)
+
+                # check and write in a worker while this thread receives the next chunks
+                consume_in_worker(chunks, spill, depth=SPILL_QUEUE_CHUNKS, name=f"spill-{key}")
                 checker.finish()
                 writer.commit()
         finally:

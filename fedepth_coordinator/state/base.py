@@ -157,8 +157,9 @@ class Store(ABC):
 
     # -- blobs -------------------------------------------------------------------------------
     @abstractmethod
-    def blob_writer(self, key: str) -> BlobWriter:
-        """A writer that publishes blob ``key`` on commit (replacing any blob of that key)."""
+    def blob_writer(self, key: str, size: int | None = None) -> BlobWriter:
+        """A writer that publishes blob ``key`` on commit (replacing any blob of that key);
+        ``size``, when known, is the blob's expected length (a store may preallocate it)."""
 
     @abstractmethod
     def read_blob(self, key: str, offset: int, size: int) -> bytearray:

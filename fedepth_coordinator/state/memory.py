@@ -103,7 +103,7 @@ class MemoryStore(Store):
     def close(self) -> None:
         """Nothing to release."""
 
-    def blob_writer(self, key: str) -> BlobWriter:
+    def blob_writer(self, key: str, size: int | None = None) -> BlobWriter:
         return _MemoryBlobWriter(self, check_key(key))
 
     def read_blob(self, key: str, offset: int, size: int) -> bytearray:

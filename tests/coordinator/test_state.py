@@ -21,6 +21,7 @@ from fedepth_coordinator.state import (
     Store,
     UpdateRecord,
 )
+from fedepth_coordinator.state import sqlite as sqlite_state
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -130,3 +131,30 @@ def test_sqlite_state_survives_reopening(tmp_path: Path) -> None:
     np.testing.assert_array_equal(BlobReader(again, "upd").tensor("state", "w"), np.ones(3))
     assert not list(again.blob_dir.glob(".*.tmp"))
     again.close()
+
+
+@pytest.mark.parametrize("writeback", [True, False])
+def test_blob_size_hints_preallocate_without_changing_the_bytes(
+    store: Store, monkeypatch: pytest.MonkeyPatch, writeback: bool
+) -> None:
+    """A size hint (exact, too large, too small) never changes what is stored; on SQLite the
+    early writeback (every few bytes here) and its absence (other systems) give the same."""
+    if isinstance(store, SqliteStore):
+        monkeypatch.setattr(sqlite_state, "WRITEBACK_BYTES", 7)
+        if not writeback:
+            monkeypatch.setattr(sqlite_state, "_start_writeback", None)
+    data = bytes(range(256)) * 9
+    for key, hint in (("exact", len(data)), ("large", len(data) + 4096), ("small", 10)):
+        with store.blob_writer(key, size=hint) as w:
+            for i in range(0, len(data), 100):
+                w.write(memoryview(data)[i : i + 100])
+            w.commit()
+        assert store.read_blob(key, 0, len(data)) == data
+        with pytest.raises(ValueError, match="past its end"):
+            store.read_blob(key, 0, len(data) + 1)
+    with store.blob_writer("dropped", size=1 << 20) as w:
+        w.write(data)
+        w.abort()
+    assert store.blob_keys() == ["exact", "large", "small"]
+    if isinstance(store, SqliteStore):
+        assert not list(store.blob_dir.glob(".*"))  # no temp files left

@@ -165,3 +165,80 @@ def test_specs_reject_unknown_dtypes_and_repeated_names() -> None:
     with pytest.raises(InvalidArgumentError, match="repeats tensor names"):
         Layout((Group("state", (TensorSpec("x", "F32", ()), TensorSpec("x", "F32", ()))),))
     assert set(DTYPES) >= {"F32", "F16", "I64", "BOOL"}
+
+
+def _first_bad(groups: dict[str, dict[str, np.ndarray]]) -> tuple[str, int] | None:
+    """``group/name`` and element index of the first NaN or Inf in stream order."""
+    for gname, tensors in groups.items():
+        for name, arr in tensors.items():
+            if arr.dtype.kind == "f":
+                bad = np.flatnonzero(~np.isfinite(arr.reshape(-1)))
+                if bad.size:
+                    return f"{gname}/{name}", int(bad[0])
+    return None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    chunk=st.integers(1, 70),
+    lead=st.integers(0, 3),
+    poison=st.lists(
+        st.tuples(st.sampled_from(["h", "f", "d", "cv"]), st.integers(0, 40), st.integers(0, 2)),
+        max_size=3,
+    ),
+    wire_offset=st.booleans(),
+)
+def test_checker_agrees_with_isfinite_on_any_split(
+    chunk: int, lead: int, poison: list[tuple[str, int, int]], wire_offset: bool
+) -> None:
+    """Every float dtype, chunks that split elements anywhere, odd offsets (``lead`` int8 bytes
+    first), views at the unaligned offsets the wire gives: the checker rejects exactly the
+    streams with a NaN or Inf, naming the first one, and sums the same squared distance."""
+    rng = np.random.default_rng(chunk * 10 + lead)
+    state = {
+        "lead": np.arange(lead, dtype=np.int8),
+        "h": rng.standard_normal(41).astype(np.float16),
+        "f": rng.standard_normal((5, 9)).astype(np.float32),
+        "d": rng.standard_normal(41),
+        "i": np.arange(7, dtype=np.int64),
+    }
+    groups = {"state": state, "cv": {"f": rng.standard_normal((5, 9)).astype(np.float32)}}
+    reference = {k: np.zeros_like(v) for k, v in state.items()}
+    for target, index, kind in poison:
+        arr = groups["cv"]["f"] if target == "cv" else state[target]
+        arr.reshape(-1)[index] = [np.nan, np.inf, -np.inf][kind]
+    layout = Layout.of(groups)
+    checker = StreamChecker(layout, reference=reference, max_norm=1e9)
+    expected = _first_bad(groups)
+    parse = wire.deserializer(pb.UploadMessage)
+
+    def feed_all() -> None:
+        for c in iter_chunks(list(groups.values()), chunk, frame=wire.frame):
+            data = parse(c) if wire_offset else c[len(wire.frame(len(c))) :]
+            assert isinstance(data, memoryview | bytes)
+            checker.feed(data)
+        checker.finish()
+
+    if expected is None:
+        feed_all()
+        want = sum(
+            float(np.sum(v.astype(np.float64) ** 2)) for v in state.values() if v.dtype.kind == "f"
+        )
+        assert checker.sq_distance == pytest.approx(want, rel=1e-12)
+    else:
+        name, index = expected
+        with pytest.raises(
+            InvalidArgumentError, match=rf"{name} has a NaN or Inf value \(element {index}\)"
+        ):
+            feed_all()
+
+
+def test_checker_norm_of_float16_and_misaligned_float64_matches_numpy() -> None:
+    ref = {"h": np.full(9, 0.5, np.float16), "d": np.zeros(5)}
+    upd = {"h": np.arange(9, dtype=np.float16), "d": np.arange(5.0)}
+    layout = Layout.of({"state": upd})
+    for chunk in (1, 3, 5, 1000):
+        checker = StreamChecker(layout, reference=ref, max_norm=100.0)
+        _feed_all(checker, {"state": upd}, chunk)
+        want = float(np.sum((upd["h"] - 0.5).astype(np.float64) ** 2) + np.sum(upd["d"] ** 2))
+        assert checker.sq_distance == pytest.approx(want, rel=1e-12)
