@@ -182,8 +182,11 @@ class CoordinatorProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = config.server.port
 
-    def start(self, port: int | None = None, timeout_s: float = 60.0) -> int:
-        """Start the child (on ``port``, default the config's) and wait until it serves."""
+    def start(self, port: int | None = None, timeout_s: float = 180.0) -> int:
+        """Start the child (on ``port``, default the config's) and wait until it serves.
+
+        The default wait is generous: start-up is mostly importing torch, which takes over a
+        minute on a loaded 2-core CI machine."""
         port_file = self.state_dir / "port"
         port_file.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "fedepth_coordinator", "--config", str(self.config_path)]
@@ -198,7 +201,8 @@ class CoordinatorProcess:
         while not port_file.exists():
             if self.proc.poll() is not None or time.monotonic() > end:
                 raise RuntimeError(
-                    f"coordinator did not start (exit {self.proc.returncode}); see {self.log_path}"
+                    f"coordinator did not start within {timeout_s:.0f} s (exit "
+                    f"{self.proc.returncode}); see {self.log_path}"
                 )
             waited.wait(0.05)
         self.port = int(port_file.read_text(encoding="utf-8"))
