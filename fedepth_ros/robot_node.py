@@ -217,7 +217,7 @@ class RobotNode(WorkerNode):
         self.get_logger().info(f"round {rnd}: loss {update.metrics['loss']:.4f}; uploading")
         return update
 
-    def shutdown(self) -> None:
+    def shutdown(self) -> bool:
         self.stop.set()
         with self._lock:
             client = self._client
@@ -225,6 +225,7 @@ class RobotNode(WorkerNode):
             client.close()  # cancels a waiting round-plan call
         self.worker.join(timeout=30.0)
         self.buffer.close()
+        return not self.worker.is_alive()
 
     # -- status --------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
