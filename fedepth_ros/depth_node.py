@@ -120,7 +120,7 @@ class DepthNode(WorkerNode):
     def start(self) -> None:
         self.worker.start()
 
-    def shutdown(self) -> None:
+    def shutdown(self) -> bool:
         self.stop.set()
         self.queue.close()
         with self._lock:
@@ -135,6 +135,7 @@ class DepthNode(WorkerNode):
                 f"mean {times.mean():.2f} ms, "
                 f"{self.queue.dropped} dropped from the queue, {self.reroutes} re-routes"
             )
+        return not self.worker.is_alive()
 
     def _work(self) -> None:
         log = self.get_logger()

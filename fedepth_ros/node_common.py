@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import faulthandler
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
@@ -47,8 +51,10 @@ class WorkerNode(Node):
     def start(self) -> None:
         """Start the worker (after the node is added to the executor)."""
 
-    def shutdown(self) -> None:
-        """Stop and join the worker (before the node is destroyed)."""
+    def shutdown(self) -> bool:
+        """Stop and join the worker (before the node is destroyed); False if it is still
+        running after the join timed out."""
+        return True
 
 
 # glibc mallopt parameters
@@ -74,11 +80,45 @@ def tune_allocator() -> bool:
         return False
 
 
+def _stop_worker(name: str, node: WorkerNode) -> bool:
+    """``node.shutdown()``; False when the worker is still running afterwards (its join timed
+    out, or a second Ctrl-C cut the wait short)."""
+    try:
+        return node.shutdown()
+    except KeyboardInterrupt:
+        get_logger(f"{name}.exit").warning("interrupted again; not waiting for the worker")
+        return False
+
+
+def _exit_now(name: str, code: int) -> NoReturn:
+    """Leave without interpreter finalization: the worker thread is still running.
+
+    A daemon thread still inside torch or gRPC while the interpreter finalizes and the C++
+    static destructors run (libtorch, gRPC core, Fast DDS) is a use-after-free waiting to
+    happen (SIGSEGV/SIGABRT at exit). By the time this runs the node, the executor and the
+    ROS context are shut down and the coordinator channel is closed; the worker's state is
+    in memory only, so there is nothing left to flush but Python's streams.
+    """
+    get_logger(f"{name}.exit").error(
+        "the worker thread did not stop; exiting without interpreter cleanup"
+    )
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
 def run_node(name: str, make: Callable[[], WorkerNode], args: list[str] | None = None) -> int:
     """Init rclpy, build the node, start its worker, spin until Ctrl-C / shutdown, clean up.
 
-    Exit status 0 after a clean shutdown, 1 when the node's parameters are unusable.
+    Exit status 0 after a clean shutdown, 1 when the node's parameters are unusable or the
+    worker could not be stopped. Shutdown order: stop and join the worker (it closes its
+    coordinator channel), shut the executor down, destroy the node, shut rclpy down; only
+    then does the interpreter finalize, with no thread of ours left running.
     """
+    if not faulthandler.is_enabled():
+        # a native crash (SIGSEGV, SIGABRT, ...) prints every thread's Python stack to stderr
+        faulthandler.enable()
     tuned = tune_allocator()
     rclpy.init(args=sys.argv if args is None else args)
     if not tuned:
@@ -104,9 +144,10 @@ def run_node(name: str, make: Callable[[], WorkerNode], args: list[str] | None =
         get_logger(f"{name}.exit").info("terminated; shutting down")
         return 0
     finally:
-        if node is not None:
-            node.shutdown()
+        stopped = _stop_worker(name, node) if node is not None else True
         executor.shutdown(timeout_sec=2.0)
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
+        if not stopped:
+            _exit_now(name, 1)

@@ -196,7 +196,12 @@ class RobotNode(WorkerNode):
                 labels={"source": "ros"},
                 summaries=self.learner.summaries,
             )
-            report = run_robot(client, profile, self._train, stop=self.stop, poll_s=POLL_S)
+            try:
+                report = run_robot(client, profile, self._train, stop=self.stop, poll_s=POLL_S)
+            finally:
+                # the run is over: no channel (connection, keepalive, gRPC threads) stays open
+                # for the rest of the node's life
+                self._close_client()
             self.finished = report.finished
             self.learner.set_phase("finished" if report.finished else "stopped")
             log.info(f"run over: trained rounds {report.rounds}, finished: {report.finished}")
@@ -217,14 +222,18 @@ class RobotNode(WorkerNode):
         self.get_logger().info(f"round {rnd}: loss {update.metrics['loss']:.4f}; uploading")
         return update
 
-    def shutdown(self) -> None:
-        self.stop.set()
+    def _close_client(self) -> None:
         with self._lock:
-            client = self._client
+            client, self._client = self._client, None
         if client is not None:
-            client.close()  # cancels a waiting round-plan call
+            client.close()  # cancels a call in progress (the worker sees CANCELLED)
+
+    def shutdown(self) -> bool:
+        self.stop.set()
+        self._close_client()
         self.worker.join(timeout=30.0)
         self.buffer.close()
+        return not self.worker.is_alive()
 
     # -- status --------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
