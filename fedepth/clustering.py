@@ -130,7 +130,9 @@ def _symmetrize_inplace(a: np.ndarray, shift: float = 0.0) -> None:
         i1 = min(n, i0 + _BLOCK)
         for j0 in range(i0, n, _BLOCK):
             j1 = min(n, j0 + _BLOCK)
-            sym = 0.5 * (a[i0:i1, j0:j1].astype(np.float64) + a[j0:j1, i0:i1].T) - shift
+            sym = a[i0:i1, j0:j1] + a[j0:j1, i0:i1].T  # in the output dtype: K is in it already
+            sym *= 0.5
+            sym -= shift
             np.maximum(sym, 0.0, out=sym)
             a[i0:i1, j0:j1] = sym
             a[j0:j1, i0:i1] = sym.T
