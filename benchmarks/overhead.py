@@ -157,9 +157,9 @@ def main() -> None:
         f"  aggregation / client / round     {r['aggregate_s'] * 1e3:9.1f} ms\n"
         f"  descriptor / client (once)       {r['descriptor_s']:9.3f} s\n"
         f"  clustering of the fleet (once)   {r['clustering_s']:9.3f} s\n"
-        f"  per-round overhead               {r['round_overhead_fraction']:9.2%} "
+        f"  per-round overhead               {r['round_overhead_fraction']:9.3%} "
         f"(target < {TARGET:.0%}; met from {r['break_even_local_steps']:.0f} local steps)\n"
-        f"  whole-run overhead               {r['run_overhead_fraction']:9.2%}"
+        f"  whole-run overhead               {r['run_overhead_fraction']:9.3%}"
     )
 
 
