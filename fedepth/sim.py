@@ -593,27 +593,10 @@ class Simulation:
                 bar.set_postfix(loss=f"{rec.mean_loss:.3f}")
             if on_round:
                 on_round(rec)
-        final_tests = [r.test for r in records[-cfg.last_rounds :] if r.test is not None]
-        final = _mean_dicts([t["all"] for t in final_tests])
-        groups = {
-            g: _mean_dicts([t[g] for t in final_tests])
-            for g in final_tests[-1]
-            if g != "all" and not g.startswith("seq:")
-        }
-        per_seq = {
-            g[4:]: _mean_dicts([t[g] for t in final_tests])
-            for g in final_tests[-1]
-            if g.startswith("seq:")
-        }
-        clusters = (
-            [np.flatnonzero(r).tolist() for r in strategy.M_star]
-            if hasattr(strategy, "M_star") and not pooled
-            else []
+        final, groups, per_seq = final_metrics(records, cfg.last_rounds)
+        clusters, params = strategy_outputs(
+            strategy, self.config.method_params.get(method, {}), pooled=pooled
         )
-        params = dict(self.config.method_params.get(method, {}))
-        for key in ("tau", "threshold"):
-            if getattr(strategy, key, None) is not None:
-                params[key] = float(getattr(strategy, key))
         return MethodRun(
             method,
             records,
@@ -655,6 +638,40 @@ class Simulation:
         out.update({g: _mean_dicts(rows) for g, rows in groups.items()})
         out.update({f"seq:{k}": v for k, v in per_seq.items()})
         return out, routes, samples
+
+
+def final_metrics(
+    records: Sequence[RoundRecord], last_rounds: int
+) -> tuple[dict[str, float], dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """A run's numbers: the mean over the evaluations of its last ``last_rounds`` rounds,
+    overall, per platform/environment group and per test sequence."""
+    tests = [r.test for r in records[-last_rounds:] if r.test is not None]
+    last = tests[-1] if tests else {}
+    final = _mean_dicts([t["all"] for t in tests])
+    groups = {
+        g: _mean_dicts([t[g] for t in tests])
+        for g in last
+        if g != "all" and not g.startswith("seq:")
+    }
+    per_seq = {g[4:]: _mean_dicts([t[g] for t in tests]) for g in last if g.startswith("seq:")}
+    return final, groups, per_seq
+
+
+def strategy_outputs(
+    strategy: Strategy, params: Mapping[str, Any], *, pooled: bool = False
+) -> tuple[list[list[int]], dict[str, Any]]:
+    """A trained strategy's cluster members (none for global or pooled methods) and its
+    parameters with the thresholds it settled on (tau, PACFL's threshold)."""
+    clusters = (
+        [np.flatnonzero(r).tolist() for r in strategy.M_star]
+        if hasattr(strategy, "M_star") and not pooled
+        else []
+    )
+    out = dict(params)
+    for key in ("tau", "threshold"):
+        if getattr(strategy, key, None) is not None:
+            out[key] = float(getattr(strategy, key))
+    return clusters, out
 
 
 def _mean_dicts(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:

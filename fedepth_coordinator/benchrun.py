@@ -58,8 +58,10 @@ from fedepth.sim import (
     Simulation,
     client_seed,
     config_dict,
+    final_metrics,
     run_job,
     state_nbytes,
+    strategy_outputs,
 )
 from fedepth.strategies import (
     ClientInfo,
@@ -585,26 +587,8 @@ class GrpcBench:
             if rnd in tests:
                 rec.test, rec.routes, _ = tests[rnd]
             records.append(rec)
-        final_tests = [r.test for r in records[-cfg.last_rounds :] if r.test is not None]
-        final = _mean_dicts([t["all"] for t in final_tests])
-        last = final_tests[-1] if final_tests else {}
-        groups = {
-            g: _mean_dicts([t[g] for t in final_tests])
-            for g in last
-            if g != "all" and not g.startswith("seq:")
-        }
-        per_seq = {
-            g[4:]: _mean_dicts([t[g] for t in final_tests]) for g in last if g.startswith("seq:")
-        }
-        clusters = (
-            [np.flatnonzero(r).tolist() for r in strategy.M_star]
-            if hasattr(strategy, "M_star")
-            else []
-        )
-        out_params = dict(params)
-        for key in ("tau", "threshold"):
-            if getattr(strategy, key, None) is not None:
-                out_params[key] = float(getattr(strategy, key))
+        final, groups, per_seq = final_metrics(records, cfg.last_rounds)
+        clusters, out_params = strategy_outputs(strategy, params)
 
         def stat(key: str, fn: Callable[[list[float]], Any]) -> list[float]:
             return [
@@ -637,13 +621,6 @@ class GrpcBench:
             strategy,
             transport=transport,
         )
-
-
-def _mean_dicts(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    # the same reduction as fedepth.sim's, so the numbers are the in-process ones
-    if not rows:
-        return {}
-    return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
 
 
 def load_final_strategy(
