@@ -29,6 +29,7 @@ from fedepth.data.scenario import Scenario, load_scenario
 from fedepth.descriptor import stack_descriptors
 from fedepth.models import get_state, load_weights, save_weights
 from fedepth.sim import (
+    PRETRAIN_THREADS,
     TABLE_METRICS,
     Fleet,
     MethodRun,
@@ -154,7 +155,9 @@ def ensure_weights(spec: BenchSpec, scenario: Scenario) -> Path:
     c = spec.sim
     name = (
         f"{spec.scenario}-{spec.profile}-{c.model}-{c.image_size[0]}x{c.image_size[1]}"
-        f"-{c.pretrain_steps}steps-lr{c.pretrain_lr:g}-s{c.seed}.safetensors"
+        f"-{c.pretrain_steps}steps-lr{c.pretrain_lr:g}-s{c.seed}"
+        + ("" if c.pretrain_threads == PRETRAIN_THREADS else f"-t{c.pretrain_threads}")
+        + ".safetensors"
     )
     path = spec.cache_dir / "pretrain" / name
     if not path.is_file():

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from fedepth.bench import BenchSpec, run_benchmark, sim_config
 from fedepth.cli import main
@@ -22,6 +23,7 @@ from fedepth.sim import (
     distinct_payloads,
     initial_model,
     prepare_fleet,
+    pretrain,
     state_nbytes,
     wire_seconds,
 )
@@ -231,3 +233,19 @@ def test_wire_accounting_encodes_shared_downloads_once_and_flags_non_finite_uplo
     assert seconds > 0 and rejected == []
     _, rejected = wire_seconds([], [[a, {"c": np.zeros(4)}], [bad], [a]])
     assert rejected == [1]
+
+
+def test_pretrain_does_not_depend_on_the_callers_thread_count(scenario: Scenario) -> None:
+    # The checkpoint is trained on config.pretrain_threads threads whatever the caller set, and
+    # the caller's setting comes back afterwards.
+    cfg = replace(CFG, pretrain_steps=3, pretrain_batch=2)
+    before = torch.get_num_threads()
+    states = []
+    try:
+        for ambient in (1, 3):
+            torch.set_num_threads(ambient)
+            states.append(get_state(pretrain(scenario, cfg, progress=False)))
+            assert torch.get_num_threads() == ambient
+    finally:
+        torch.set_num_threads(before)
+    assert _states_equal(states[0], states[1])
