@@ -119,6 +119,17 @@ def _sweep(text: str | None) -> tuple[float, ...]:
     return values
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
 def _size(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
@@ -150,6 +161,7 @@ def _bench_spec(
         local_steps=args.local_steps,
         image_size=_size(args.image_size),
         pretrain_steps=args.pretrain_steps,
+        pretrain_threads=args.pretrain_threads,
     )
     weights = Path(args.weights) if args.weights else None
     if weights is not None:
@@ -210,6 +222,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         seed=args.seed,
         image_size=_size(args.image_size),
         pretrain_steps=args.steps,
+        pretrain_threads=args.threads,
     )
     scenario = load_scenario(root)
     try:
@@ -704,6 +717,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--local-steps", type=int, help="local steps per round")
     p.add_argument("--pretrain-steps", type=int, help="steps of the cached pretraining")
     p.add_argument(
+        "--pretrain-threads",
+        type=_positive_int,
+        help="torch threads of the pretraining (default 2; the checkpoint depends on it, so "
+        "another count is cached under its own name)",
+    )
+    p.add_argument(
         "--executor",
         default="sequential",
         choices=("sequential", "ray"),
@@ -727,6 +746,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench_args(p)
     p.add_argument("--steps", type=int, help="training steps (default: the profile's)")
+    p.add_argument(
+        "--threads",
+        type=_positive_int,
+        help="torch threads (default 2; the checkpoint depends on the count)",
+    )
     p.add_argument("--out", required=True, metavar="weights.safetensors")
     p.set_defaults(func=cmd_pretrain)
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedepth.bench import BenchSpec, run_benchmark, sim_config
+from fedepth.bench import BenchSpec, ensure_weights, run_benchmark, sim_config
 from fedepth.cli import main
 from fedepth.data.scenario import Scenario, load_scenario
 from fedepth.models import get_state
@@ -249,3 +249,25 @@ def test_pretrain_does_not_depend_on_the_callers_thread_count(scenario: Scenario
     finally:
         torch.set_num_threads(before)
     assert _states_equal(states[0], states[1])
+
+
+def test_pretrain_threads_name_their_own_cache_entry(
+    scenario: Scenario, smoke_hpe: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = BenchSpec(
+        scenario="hpe",
+        profile="smoke",
+        methods=("fedavg",),
+        out=tmp_path / "out",
+        sim=replace(CFG, pretrain_steps=2, pretrain_batch=2, pretrain_threads=1),
+        data_dir=smoke_hpe,
+        cache_dir=tmp_path / "cache",
+        progress=False,
+    )
+    path = ensure_weights(spec, scenario)
+    assert path.name.endswith("-2steps-lr0.001-s0-t1.safetensors")
+    default = ensure_weights(replace(spec, sim=replace(spec.sim, pretrain_threads=2)), scenario)
+    assert default.name.endswith("-2steps-lr0.001-s0.safetensors")
+    with pytest.raises(SystemExit):
+        main(["pretrain", "--scenario", "hpe", "--threads", "0", "--out", str(tmp_path / "w")])
+    assert "--threads: 0 must be >= 1" in capsys.readouterr().err
