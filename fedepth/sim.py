@@ -499,6 +499,35 @@ class MethodRun:
         }
 
 
+#: One test sequence's picture for the report: (rgb, ground truth, prediction).
+Sample = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass
+class RunState:
+    """A method's run after ``rounds_done`` rounds: everything resuming it exactly needs."""
+
+    method: str
+    rounds_done: int
+    #: :meth:`Strategy.state_dict` (JSON-able metadata, named states) of the server side
+    strategy_meta: dict[str, Any]
+    strategy_states: dict[str, State]
+    #: every participant's client-hook memory (SCAFFOLD's c_i, FedDyn's g_i), by client id
+    memory: dict[str, dict[str, State]]
+    records: list[RoundRecord]
+    #: the pictures of the latest evaluation
+    samples: dict[str, list[Sample]]
+
+
+class Checkpointer(Protocol):
+    """Where :meth:`Simulation.run` keeps a method's state after every round (see
+    :class:`fedepth.runstate.RunCheckpoint` for the one on disk)."""
+
+    def load(self) -> RunState | None: ...
+
+    def save(self, state: RunState) -> None: ...
+
+
 class Simulation:
     """Runs methods on one prepared fleet from one initial state."""
 
@@ -520,7 +549,16 @@ class Simulation:
         *,
         progress: bool = True,
         on_round: Callable[[RoundRecord], None] | None = None,
+        checkpoint: Checkpointer | None = None,
     ) -> MethodRun:
+        """Run ``method`` for the configured rounds.
+
+        With a ``checkpoint``, the run starts from the state it holds (if any: the strategy's
+        server state, the clients' hook memory, the rounds recorded so far and the latest
+        pictures) and saves that state after every round, so that an interrupted run resumes
+        from its last finished round and ends with the numbers of an uninterrupted one.
+        ``on_round`` is called after each round, once its state is saved.
+        """
         cfg = self.config
         t0 = time.perf_counter()
         strategy = self._strategy(method)
@@ -538,8 +576,26 @@ class Simulation:
         setup = time.perf_counter() - t0
         memory: dict[str, dict[str, State]] = {cid: {} for cid, _ in participants}
         records: list[RoundRecord] = []
-        samples: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
-        bar = tqdm(range(cfg.rounds), desc=method, unit="round", disable=not progress)
+        samples: dict[str, list[Sample]] = {}
+        saved = checkpoint.load() if checkpoint is not None else None
+        if saved is not None:
+            if saved.method != method or set(saved.memory) != set(memory):
+                raise ValueError(
+                    f"the checkpoint holds a run of {saved.method} over {len(saved.memory)} "
+                    f"participants; cannot resume {method} over {len(memory)} from it"
+                )
+            strategy.load_state_dict(saved.strategy_meta, saved.strategy_states)
+            memory.update(saved.memory)
+            records, samples = list(saved.records), dict(saved.samples)
+        start = saved.rounds_done if saved is not None else 0
+        bar = tqdm(
+            range(start, cfg.rounds),
+            desc=method,
+            unit="round",
+            initial=start,
+            total=cfg.rounds,
+            disable=not progress,
+        )
         for rnd in bar:
             t_cfg = time.perf_counter()
             tasks = strategy.configure_train(rnd, [cid for cid, _ in participants])
@@ -593,6 +649,9 @@ class Simulation:
             if last or (cfg.eval_every and (rnd + 1) % cfg.eval_every == 0):
                 rec.test, rec.routes, samples = self.evaluate(strategy)
             records.append(rec)
+            if checkpoint is not None:
+                meta, states = strategy.state_dict()
+                checkpoint.save(RunState(method, rnd + 1, meta, states, memory, records, samples))
             if rec.test is not None:
                 bar.set_postfix(
                     abs_rel=f"{rec.test['all']['abs_rel']:.3f}", loss=f"{rec.mean_loss:.3f}"
