@@ -1,23 +1,30 @@
 """The benchmark: every method on one scenario, written as results.json + report.md + pictures.
 
-``run_benchmark`` prepares the scenario (generated once and cached), the initial checkpoint
-(pretrained once on the scenario's pretraining split and cached, or a user's weights file), the
-fleet's descriptors, then runs each method through :class:`fedepth.sim.Simulation` and writes:
+``run_benchmark`` prepares, for every seed, the scenario (generated once and cached), the initial
+checkpoint (pretrained once on the scenario's pretraining split and cached, or a user's weights
+file), the fleet's descriptors, then runs each method through :class:`fedepth.sim.Simulation`
+and writes:
 
 - ``results.json``: ``methods.<name>.{abs_rel, sq_rel, rmse, rmse_log, d1, d2, d3}`` (mean over
-  the last rounds) plus per-group numbers, per-round curves, bytes per round, timing, and the
-  overlap sweep; ``config.json``: the resolved configuration;
+  the last rounds, then over the seeds) with ``<metric>_std`` (sample standard deviation over
+  the seeds) and every seed's numbers under ``seeds``, plus per-group numbers, per-round
+  curves, bytes per round, timing, and the overlap sweep; ``config.json``: the resolved
+  configuration;
 - ``report.md``: tables laid out like the paper's (Table 1/2, 3a, 3b, 3c) and the figures;
 - ``curves.png``, ``clusters.png`` (Jeffreys matrix and FeDepth's cluster map),
-  ``predictions.png`` (RGB / ground truth / prediction per test sequence and method).
+  ``predictions.png`` (RGB / ground truth / prediction per test sequence and method);
+- ``state/seed<S>/``: every finished run and the checkpoint of the running one, so that the
+  same benchmark on the same output continues where it stopped (see :func:`state_dir`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,11 +35,23 @@ from fedepth import clustering
 from fedepth.data.scenario import Scenario, load_scenario
 from fedepth.descriptor import stack_descriptors
 from fedepth.models import get_state, load_weights, save_weights
+from fedepth.runstate import (
+    RunCheckpoint,
+    load_finished,
+    load_tree,
+    save_finished,
+    save_tree,
+    write_json_atomic,
+    write_text_atomic,
+)
 from fedepth.sim import (
     PRETRAIN_THREADS,
     TABLE_METRICS,
+    Executor,
     Fleet,
     MethodRun,
+    RoundRecord,
+    Sample,
     SimConfig,
     Simulation,
     config_dict,
@@ -81,6 +100,15 @@ class BenchSpec:
     #: "inprocess" (the Simulation loop) or "grpc" (a real coordinator subprocess per method and
     #: one process per robot on loopback; see fedepth_coordinator.benchrun)
     transport: str = "inprocess"
+    #: the seeds to run, each with its own scenario (unless ``data_dir``), pretraining (unless
+    #: ``weights``) and training; empty: ``sim.seed`` alone
+    seeds: tuple[int, ...] = ()
+    #: start over: remove what an earlier benchmark left in ``out`` instead of resuming it
+    fresh: bool = False
+
+    @property
+    def seed_list(self) -> tuple[int, ...]:
+        return self.seeds or (self.sim.seed,)
 
 
 #: Simulation sizes per data profile (every field can be overridden on the command line).
@@ -177,107 +205,406 @@ def sweep_name(ratio: float) -> str:
     return f"fedepth@{round(ratio * 100):d}%"
 
 
-def run_benchmark(spec: BenchSpec, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the spec end to end; returns the results dict also written to results.json."""
+def run_benchmark(
+    spec: BenchSpec,
+    *,
+    echo: Callable[[str], None] = print,
+    on_round: Callable[[str, int, RoundRecord], None] | None = None,
+) -> dict[str, Any]:
+    """Run the spec end to end; returns the results dict also written to results.json.
+
+    Resumable: finished (method, seed) pairs found in ``spec.out`` are loaded instead of run,
+    and an interrupted in-process method continues from its last checkpointed round (see
+    :func:`state_dir`). ``spec.out`` holding a run of other settings raises
+    :class:`OutConflictError` before anything runs, unless ``spec.fresh`` clears it first.
+    ``on_round(name, seed, record)`` is called after every in-process round (name: a method,
+    or ``sweep-<ratio>`` for a point of the overlap sweep).
+    """
+    if spec.fresh:
+        clear_out(spec.out)
+    check_out(spec)
     spec.out.mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
-    root = ensure_data(spec)
-    scenario = load_scenario(root)
-    weights = ensure_weights(spec, scenario)
-    model = initial_model(spec.sim, str(weights))
-    fleet = prepare_fleet(scenario, model, spec.sim, progress=spec.progress)
-    initial = get_state(model)
-    executor = make_executor(spec.executor)
-    sim = Simulation(fleet, initial, spec.sim, executor)
-    grpc = _grpc_bench(spec, fleet, initial)
-    runs: dict[str, MethodRun] = {}
-    sweep_runs: dict[float, MethodRun] = {}
-
-    def collect() -> dict[str, Any]:
-        return {
-            "scenario": spec.scenario,
-            "profile": spec.profile,
-            "seed": spec.sim.seed,
-            "backbone": spec.sim.model,
-            "data_dir": str(root),
-            "weights": str(weights),
-            "num_clients": len(fleet.infos),
-            "num_test_sequences": len(fleet.test_queries),
-            "transport": spec.transport,
-            "methods": {m: _summary(r) for m, r in runs.items()},
-            "overlap_sweep": {f"{ratio:g}": _summary(r) for ratio, r in sweep_runs.items()},
-            "wall_seconds": time.perf_counter() - t_start,
-        }
-
-    def checkpoint() -> None:  # results so far, so a long run can be watched or resumed by eye
-        tmp = spec.out / "results.json.tmp"
-        tmp.write_text(json.dumps(collect(), indent=2, default=_json))
-        tmp.replace(spec.out / "results.json")
-
-    # the runs through the coordinator, in order (method, strategy params; None: the config's)
-    plan: list[tuple[str, dict[str, Any] | None]] = []
-    if grpc is not None:
-        plan = [(m, None) for m in spec.methods if not is_pooled(m, spec.sim)]
-        plan += [("fedepth", _sweep_params(r)) for r in spec.sweep]
-
-    def run_grpc(method: str, params: dict[str, Any] | None) -> MethodRun:
-        plan.pop(0)
-        return grpc.run(method, params, then=plan[0] if plan else None)
-
+    write_json_atomic(spec.out / "config.json", run_config(spec))
+    bench = _Bench(spec, echo, on_round)
     try:
-        if grpc is not None:  # robots start up while in-process methods run
-            grpc.start(plan[0] if plan else None)
-        for method in spec.methods:
-            if grpc is not None and is_pooled(method, spec.sim):
-                echo(f"{method}: one pooled participant, not a fleet of robots: run in-process")
-                runs[method] = sim.run(method, progress=spec.progress)
-            elif grpc is not None:
-                runs[method] = run_grpc(method, None)
-            else:
-                runs[method] = sim.run(method, progress=spec.progress)
-            echo(_one_line(method, runs[method]))
-            checkpoint()
-        for ratio in spec.sweep:
-            if grpc is not None:
-                sweep_runs[ratio] = run_grpc("fedepth", _sweep_params(ratio))
-            else:
-                params = dict(spec.sim.method_params)
-                params["fedepth"] = _sweep_params(ratio)
-                sweep_sim = Simulation(
-                    fleet, initial, replace(spec.sim, method_params=params), executor
-                )
-                sweep_runs[ratio] = sweep_sim.run("fedepth", progress=spec.progress)
-            echo(_one_line(sweep_name(ratio), sweep_runs[ratio]))
-            checkpoint()
+        for seed in bench.seeds:
+            bench.run_seed(seed)
     finally:
-        if grpc is not None:
-            grpc.close()
-        executor.close()
-        scenario.close()
-    results = collect()
-    (spec.out / "config.json").write_text(
-        json.dumps(
-            {
-                "sim": config_dict(spec.sim),
-                "scenario": spec.scenario,
-                "profile": spec.profile,
-                "methods": list(spec.methods),
-                "sweep": list(spec.sweep),
-                "executor": spec.executor,
-                "transport": spec.transport,
-                "data_dir": str(root),
-                "weights": str(weights),
-            },
-            indent=2,
-        )
+        if bench.executor is not None:
+            bench.executor.close()
+    results = bench.collect()
+    first = bench.fleets[bench.seeds[0]]
+    write_json_atomic(
+        spec.out / "config.json",
+        {**run_config(spec), "data_dir": first.data_dir, "weights": first.weights},
     )
-    (spec.out / "results.json").write_text(json.dumps(results, indent=2, default=_json))
-    write_figures(spec.out, fleet, runs, spec.sim)
-    (spec.out / "report.md").write_text(render_report(results, fleet))
+    write_json_atomic(spec.out / "results.json", results)
+    write_figures(spec.out, first, bench.per_seed_methods(), bench.pictures)
+    write_text_atomic(spec.out / "report.md", render_report(results))
     return results
 
 
-def _grpc_bench(spec: BenchSpec, fleet: Fleet, initial: dict[str, np.ndarray]) -> Any:
+class OutConflictError(ValueError):
+    """The output directory holds a run of other settings (or one that cannot be read)."""
+
+
+#: What ``fedepth bench`` writes into its ``--out`` (what ``--fresh`` removes).
+OUTPUTS = (
+    "state",
+    "grpc",
+    "results.json",
+    "config.json",
+    "report.md",
+    "curves.png",
+    "clusters.png",
+    "predictions.png",
+)
+
+
+def clear_out(out: Path) -> None:
+    """Remove what an earlier benchmark wrote into ``out`` (other files stay)."""
+    for name in OUTPUTS:
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+def state_dir(out: Path, seed: int) -> Path:
+    """Where one seed's runs are kept: ``<key>/summary.json`` + ``samples.safetensors`` once a
+    run finished, ``<key>/checkpoint/`` while it runs (key: the method name, or
+    ``sweep-<ratio>`` for a point of the overlap sweep), ``fleet.json`` + ``fleet.safetensors``
+    for the report (clients, test sequences, descriptors)."""
+    return out / "state" / f"seed{seed}"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def run_config(spec: BenchSpec) -> dict[str, Any]:
+    """The resolved configuration saved as config.json (``sim.seed``: the first seed)."""
+    return {
+        "sim": config_dict(replace(spec.sim, seed=spec.seed_list[0])),
+        "scenario": spec.scenario,
+        "profile": spec.profile,
+        "methods": list(spec.methods),
+        "sweep": list(spec.sweep),
+        "seeds": list(spec.seed_list),
+        "executor": spec.executor,
+        "transport": spec.transport,
+        "inputs": {
+            "data": None if spec.data_dir is None else str(spec.data_dir.resolve()),
+            "weights": None if spec.weights is None else str(spec.weights.resolve()),
+            "weights_sha256": None if spec.weights is None else _sha256(spec.weights),
+        },
+    }
+
+
+def _settings(config: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a saved configuration that must match to resume it: everything that
+    changes a run's numbers (not: methods, sweep points and seeds, which may grow, nor the
+    executor, whose results are identical)."""
+    out = {("backbone" if k == "model" else k): v for k, v in config["sim"].items()}
+    out.pop("seed", None)
+    out.update({k: config.get(k) for k in ("scenario", "profile", "transport")})
+    out.update(config.get("inputs", {}))
+    return out
+
+
+def _show(key: str, value: Any) -> str:
+    return f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+
+
+def check_out(spec: BenchSpec) -> None:
+    """Raise :class:`OutConflictError` when ``spec.out`` holds a run whose settings differ."""
+    path = spec.out / "config.json"
+    if not path.is_file():
+        if (spec.out / "state").exists():
+            raise OutConflictError(
+                f"{spec.out} holds runs in state/ but no config.json to check them against; "
+                "use another --out, or --fresh to start over"
+            )
+        return
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+        saved = _settings(config)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise OutConflictError(
+            f"{spec.out} holds a config.json that cannot be read ({exc}); "
+            "use another --out, or --fresh to start over"
+        ) from exc
+    current = json.loads(json.dumps(run_config(spec)))  # as it would read back from disk
+    wanted = _settings(current)
+    if "inputs" not in config:  # written before runs could resume: no inputs recorded
+        wanted = {k: v for k, v in wanted.items() if k not in current["inputs"]}
+    unset = object()
+    keys = [
+        k for k in dict.fromkeys([*wanted, *saved]) if saved.get(k, unset) != wanted.get(k, unset)
+    ]
+    if keys:
+        then = ", ".join(_show(k, saved.get(k, "(unset)")) for k in keys)
+        now = ", ".join(_show(k, wanted.get(k, "(unset)")) for k in keys)
+        raise OutConflictError(
+            f"{spec.out} holds a run with {then}; this command has {now}; "
+            "use another --out, or --fresh to start over"
+        )
+
+
+@dataclass
+class FleetSummary:
+    """What the report and the figures need of one seed's prepared fleet (kept on disk, so a
+    run whose pairs all finished earlier needs neither data nor descriptors)."""
+
+    data_dir: str
+    weights: str
+    clients: list[dict[str, str]]  # name, platform, environment
+    test: list[str]  # test sequence names
+    means: np.ndarray  # client descriptors (N, D)
+    variances: np.ndarray
+
+    @classmethod
+    def of(cls, fleet: Fleet, data_dir: Path, weights: Path) -> FleetSummary:
+        means, variances = stack_descriptors([i.descriptor for i in fleet.infos if i.descriptor])
+        return cls(
+            data_dir=str(data_dir),
+            weights=str(weights),
+            clients=[
+                {
+                    "name": i.cid,
+                    "platform": i.labels.get("platform", ""),
+                    "environment": i.labels.get("environment", ""),
+                }
+                for i in fleet.infos
+            ],
+            test=[s.name for s, _, _ in fleet.test_queries],
+            means=means,
+            variances=variances,
+        )
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        save_tree(directory / "fleet.safetensors", {"means": self.means, "var": self.variances})
+        write_json_atomic(
+            directory / "fleet.json",
+            {
+                "data_dir": self.data_dir,
+                "weights": self.weights,
+                "clients": self.clients,
+                "test": self.test,
+            },
+        )
+
+    @classmethod
+    def load(cls, directory: Path) -> FleetSummary | None:
+        if not (directory / "fleet.json").is_file():
+            return None
+        head = json.loads((directory / "fleet.json").read_text(encoding="utf-8"))
+        arrays = load_tree(directory / "fleet.safetensors")
+        return cls(
+            data_dir=head["data_dir"],
+            weights=head["weights"],
+            clients=head["clients"],
+            test=head["test"],
+            means=arrays["means"],
+            variances=arrays["var"],
+        )
+
+
+def _sweep_key(ratio: float) -> str:
+    return f"sweep-{ratio:g}"
+
+
+class _Bench:
+    """One ``run_benchmark``: the runs of every seed, finished ones loaded from disk."""
+
+    def __init__(
+        self,
+        spec: BenchSpec,
+        echo: Callable[[str], None],
+        on_round: Callable[[str, int, RoundRecord], None] | None,
+    ) -> None:
+        self.spec, self.echo, self.on_round = spec, echo, on_round
+        self.t_start = time.perf_counter()
+        self.seeds = spec.seed_list
+        #: run keys in table order: the methods, then the sweep points (one per distinct key)
+        self.keys = list(dict.fromkeys([*spec.methods, *map(_sweep_key, spec.sweep)]))
+        self.done: dict[str, dict[int, dict[str, Any]]] = {k: {} for k in self.keys}
+        self.pictures: dict[str, dict[str, list[Sample]]] = {}  # the first seed's, by key
+        self.fleets: dict[int, FleetSummary] = {}
+        self.executor: Executor | None = None
+
+    def label(self, key: str) -> str:
+        if key.startswith("sweep-"):
+            return sweep_name(float(key.removeprefix("sweep-")))
+        return key
+
+    # -- running -----------------------------------------------------------------------------
+    def run_seed(self, seed: int) -> None:
+        sdir = state_dir(self.spec.out, seed)
+        todo = []
+        for key in self.keys:
+            got = load_finished(sdir / key)
+            if got is None:
+                todo.append(key)
+                continue
+            self.echo(f"{self.label(key)}: seed {seed} finished earlier ({sdir / key})")
+            self.keep(key, seed, got[0], got[1])
+            RunCheckpoint(sdir / key / "checkpoint").clear()  # left if killed right after
+        fleet = FleetSummary.load(sdir)
+        if fleet is not None and not todo:
+            self.fleets[seed] = fleet
+            return
+        self.train_seed(seed, todo)
+
+    def train_seed(self, seed: int, todo: list[str]) -> None:
+        spec = replace(self.spec, sim=replace(self.spec.sim, seed=seed), seeds=(seed,))
+        sdir = state_dir(spec.out, seed)
+        root = ensure_data(spec)
+        scenario = load_scenario(root)
+        grpc = None
+        try:
+            weights = ensure_weights(spec, scenario)
+            model = initial_model(spec.sim, str(weights))
+            fleet = prepare_fleet(scenario, model, spec.sim, progress=spec.progress)
+            self.fleets[seed] = FleetSummary.of(fleet, root, weights)
+            self.fleets[seed].save(sdir)
+            if not todo:
+                return
+            initial = get_state(model)
+            if self.executor is None:
+                self.executor = make_executor(spec.executor)
+            executor = self.executor
+            sim = Simulation(fleet, initial, spec.sim, executor)
+            workdir = (
+                spec.out / "grpc" if len(self.seeds) == 1 else spec.out / "grpc" / f"seed{seed}"
+            )
+            grpc = _grpc_bench(spec, fleet, initial, workdir)
+            methods = [m for m in spec.methods if m in todo]
+            ratios = list({_sweep_key(r): r for r in spec.sweep if _sweep_key(r) in todo}.values())
+            # the runs through the coordinator, in order (method, strategy params; None: the
+            # config's)
+            plan: list[tuple[str, dict[str, Any] | None]] = []
+            if grpc is not None:
+                plan = [(m, None) for m in methods if not is_pooled(m, spec.sim)]
+                plan += [("fedepth", _sweep_params(r)) for r in ratios]
+                grpc.start(plan[0] if plan else None)  # robots start while in-process runs go
+
+            def run_grpc(method: str, params: dict[str, Any] | None) -> MethodRun:
+                plan.pop(0)
+                return grpc.run(method, params, then=plan[0] if plan else None)
+
+            def run_local(key: str, runner: Simulation, method: str) -> MethodRun:
+                ck = RunCheckpoint(sdir / key / "checkpoint")
+                n = ck.rounds_done()
+                if n:
+                    self.echo(
+                        f"{self.label(key)}: seed {seed} resumes after round {n} of "
+                        f"{spec.sim.rounds} ({ck.directory})"
+                    )
+                hook = self.on_round
+                return runner.run(
+                    method,
+                    progress=spec.progress,
+                    checkpoint=ck,
+                    on_round=None if hook is None else lambda rec: hook(key, seed, rec),
+                )
+
+            for method in methods:
+                if grpc is not None and is_pooled(method, spec.sim):
+                    self.echo(
+                        f"{method}: one pooled participant, not a fleet of robots: run in-process"
+                    )
+                    run = run_local(method, sim, method)
+                elif grpc is not None:
+                    run = run_grpc(method, None)
+                else:
+                    run = run_local(method, sim, method)
+                self.finish(method, seed, run)
+            for ratio in ratios:
+                key = _sweep_key(ratio)
+                if grpc is not None:
+                    run = run_grpc("fedepth", _sweep_params(ratio))
+                else:
+                    params = dict(spec.sim.method_params)
+                    params["fedepth"] = _sweep_params(ratio)
+                    sweep_sim = Simulation(
+                        fleet, initial, replace(spec.sim, method_params=params), executor
+                    )
+                    run = run_local(key, sweep_sim, "fedepth")
+                self.finish(key, seed, run)
+        finally:
+            if grpc is not None:
+                grpc.close()
+            scenario.close()
+
+    def keep(
+        self, key: str, seed: int, summary: dict[str, Any], samples: dict[str, list[Sample]]
+    ) -> None:
+        self.done[key][seed] = summary
+        if seed == self.seeds[0]:
+            self.pictures[key] = samples
+
+    def finish(self, key: str, seed: int, run: MethodRun) -> None:
+        """Keep a finished run on disk (its checkpoint goes), echo it, update results.json."""
+        pair = state_dir(self.spec.out, seed) / key
+        summary = save_finished(pair, _summary(run), run.samples)
+        RunCheckpoint(pair / "checkpoint").clear()
+        self.keep(key, seed, summary, run.samples)
+        self.echo(_one_line(self.label(key), summary, seed if len(self.seeds) > 1 else None))
+        # results so far, so a long run can be watched
+        write_json_atomic(self.spec.out / "results.json", self.collect())
+
+    # -- results -----------------------------------------------------------------------------
+    def combined(self, key: str) -> dict[str, Any]:
+        return combine_seeds(
+            {str(s): self.done[key][s] for s in self.seeds if s in self.done[key]}
+        )
+
+    def per_seed_methods(self) -> dict[str, list[dict[str, Any]]]:
+        """Every method's per-seed summaries in seed order (the sweep left out)."""
+        return {
+            m: [self.done[m][s] for s in self.seeds if s in self.done[m]]
+            for m in self.spec.methods
+            if self.done[m]
+        }
+
+    def collect(self) -> dict[str, Any]:
+        spec = self.spec
+        first = self.fleets[next(s for s in self.seeds if s in self.fleets)]
+        return {
+            "scenario": spec.scenario,
+            "profile": spec.profile,
+            "seed": self.seeds[0],
+            "seeds": {
+                str(s): {"data_dir": self.fleets[s].data_dir, "weights": self.fleets[s].weights}
+                for s in self.seeds
+                if s in self.fleets
+            },
+            "backbone": spec.sim.model,
+            "data_dir": first.data_dir,
+            "weights": first.weights,
+            "num_clients": len(first.clients),
+            "num_test_sequences": len(first.test),
+            "transport": spec.transport,
+            "methods": {m: self.combined(m) for m in spec.methods if self.done[m]},
+            "overlap_sweep": {
+                f"{r:g}": self.combined(_sweep_key(r))
+                for r in spec.sweep
+                if self.done[_sweep_key(r)]
+            },
+            "wall_seconds": time.perf_counter() - self.t_start,
+        }
+
+
+def _grpc_bench(
+    spec: BenchSpec, fleet: Fleet, initial: dict[str, np.ndarray], workdir: Path
+) -> Any:
     """The gRPC runner (None for the in-process transport); grpc is imported only here."""
     if spec.transport == "inprocess":
         return None
@@ -285,7 +612,94 @@ def _grpc_bench(spec: BenchSpec, fleet: Fleet, initial: dict[str, np.ndarray]) -
         raise ValueError(f"unknown transport {spec.transport!r}; choose inprocess or grpc")
     from fedepth_coordinator.benchrun import GrpcBench
 
-    return GrpcBench(fleet, initial, spec.sim, spec.out / "grpc", progress=spec.progress)
+    return GrpcBench(fleet, initial, spec.sim, workdir, progress=spec.progress)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values))
+
+
+def _std(values: Sequence[float]) -> float:
+    """Sample standard deviation (ddof = 1) over seeds; 0 for a single seed."""
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def _combine_metrics(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Mean of every metric under its name, then its spread under ``<name>_std``."""
+    if not rows:
+        return {}
+    names = list(rows[0])
+    out = {k: _mean([r[k] for r in rows]) for k in names}
+    out.update({f"{k}_std": _std([r[k] for r in rows]) for k in names})
+    return out
+
+
+def _combine_curves(curves: Sequence[Mapping[str, list[Any]]]) -> dict[str, list[Any]]:
+    def mean_or_none(values: list[Any]) -> float | None:
+        return None if any(v is None for v in values) else _mean(values)
+
+    first = curves[0]
+    return {
+        **first,
+        "train_loss": [
+            _mean(list(v)) for v in zip(*(c["train_loss"] for c in curves), strict=True)
+        ],
+        "abs_rel": [
+            mean_or_none(list(v)) for v in zip(*(c["abs_rel"] for c in curves), strict=True)
+        ],
+    }
+
+
+def combine_seeds(per_seed: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """One run's entry in results.json from its per-seed summaries (keyed by seed, in order).
+
+    The layout of a single summary: the table metrics are means over the seeds, followed by
+    their sample standard deviations ``<metric>_std`` (0 for one seed); ``final_all`` and every
+    entry of ``groups`` and ``per_sequence`` likewise (a group or sequence: over the seeds that
+    have it); ``curves``, ``timing`` and the byte means are means over the seeds; what has no
+    mean (clusters, params, routes, per-round bytes, transport details) is the first seed's.
+    ``seeds`` holds every seed's full summary.
+    """
+    runs = list(per_seed.values())
+    first = runs[0]
+    out: dict[str, Any] = {}
+    for key, value in first.items():
+        if key in TABLE_METRICS:
+            out[key] = _mean([r[key] for r in runs])
+        elif key == "final_all":
+            out[key] = _combine_metrics([r[key] for r in runs])
+        elif key in ("groups", "per_sequence"):
+            names = dict.fromkeys(g for r in runs for g in r[key])
+            out[key] = {
+                g: _combine_metrics([r[key][g] for r in runs if g in r[key]]) for g in names
+            }
+        elif key == "curves":
+            out[key] = _combine_curves([r[key] for r in runs])
+        elif key == "timing":
+            out[key] = {k: _mean([r[key][k] for r in runs]) for k in value}
+        elif key == "bytes_per_round":
+            out[key] = {
+                **value,
+                **{k: _mean([r[key][k] for r in runs]) for k in ("download_mean", "upload_mean")},
+            }
+        else:
+            out[key] = value
+    stds = {f"{k}_std": _std([r[k] for r in runs]) for k in TABLE_METRICS if k in first}
+    last = next((k for k in reversed(list(out)) if k in TABLE_METRICS), None)
+    ordered: dict[str, Any] = {}
+    for key, value in out.items():
+        ordered[key] = value
+        if key == last:
+            ordered.update(stds)
+    ordered["seeds"] = {s: dict(r) for s, r in per_seed.items()}
+    return ordered
+
+
+def beyond_spread(a: Mapping[str, Any], b: Mapping[str, Any], metric: str) -> bool:
+    """Whether two runs differ in ``metric`` by more than their combined spread over seeds:
+    ``|mean_a - mean_b| > std_a + std_b``."""
+    spread = a.get(f"{metric}_std", 0.0) + b.get(f"{metric}_std", 0.0)
+    return bool(abs(a[metric] - b[metric]) > spread)
 
 
 def is_pooled(method: str, config: SimConfig) -> bool:
@@ -308,34 +722,66 @@ def _json(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o)}")
 
 
-def _one_line(name: str, run: MethodRun) -> str:
-    f = run.final
+def _one_line(name: str, summary: Mapping[str, Any], seed: int | None = None) -> str:
+    at = "" if seed is None else f"seed {seed}  "
     return (
-        f"{name:<18} abs_rel {f['abs_rel']:.3f}  rmse {f['rmse']:.3f}  d1 {f['d1']:.3f}"
-        f"  clusters {len(run.clusters) or 1}"
+        f"{name:<18} {at}abs_rel {summary['abs_rel']:.3f}  rmse {summary['rmse']:.3f}"
+        f"  d1 {summary['d1']:.3f}  clusters {len(summary['clusters']) or 1}"
     )
 
 
 # -- report -------------------------------------------------------------------------------------
+#: The mark of a difference from FeDepth beyond the combined spread over seeds.
+MARK = "*"
+
+
+def _cell(vals: Mapping[str, Any], col: str, spread: bool) -> str:
+    """``mean`` (one seed) or ``mean ± std`` (several), ``-`` when missing."""
+    v = vals.get(col)
+    if not isinstance(v, (int, float)):
+        return "-"
+    std = vals.get(f"{col}_std")
+    return f"{v:.3f} ± {std:.3f}" if spread and isinstance(std, (int, float)) else f"{v:.3f}"
+
+
 def _table(
-    rows: Sequence[tuple[str, dict[str, Any]]],
+    rows: Sequence[tuple[str, Mapping[str, Any]]],
     cols: Sequence[str],
     header: Sequence[str] | None = None,
+    *,
+    spread: bool = False,
+    ref: Mapping[str, Any] | None = None,
 ) -> str:
+    """A markdown table; with ``spread``, cells are mean ± std and every cell of a row other
+    than ``ref`` (FeDepth's) that differs from it beyond the combined spread is marked."""
     head = header or cols
     lines = [
         "| Method | " + " | ".join(head) + " |",
         "| --- | " + " | ".join("---:" for _ in head) + " |",
     ]
     for name, vals in rows:
-        cells = [f"{vals[c]:.3f}" if isinstance(vals.get(c), (int, float)) else "-" for c in cols]
+        cells = []
+        for c in cols:
+            cell = _cell(vals, c, spread)
+            marked = (
+                spread
+                and ref is not None
+                and vals is not ref
+                and isinstance(vals.get(c), (int, float))
+                and isinstance(ref.get(c), (int, float))
+                and beyond_spread(vals, ref, c)
+            )
+            cells.append(f"{cell} {MARK}" if marked else cell)
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def render_report(results: dict[str, Any], fleet: Fleet) -> str:
-    """Markdown report with the paper's table layout."""
+def render_report(results: dict[str, Any]) -> str:
+    """Markdown report with the paper's table layout (mean ± std when several seeds ran)."""
     m = results["methods"]
+    seeds = list(results.get("seeds") or [results["seed"]])
+    spread = len(seeds) > 1
+    ref = m.get("fedepth")
     arrows = [
         "Abs Rel ↓",
         "Sq Rel ↓",
@@ -349,10 +795,28 @@ def render_report(results: dict[str, Any], fleet: Fleet) -> str:
     out = [
         f"# fedepth benchmark: {results['scenario'].upper()} ({results['profile']} profile)",
         "",
-        f"Backbone `{results['backbone']}`, seed {results['seed']}, "
-        f"{results['num_clients']} clients, {results['num_test_sequences']} unseen test "
+        f"Backbone `{results['backbone']}`, "
+        + (f"seeds {', '.join(map(str, seeds))}, " if spread else f"seed {results['seed']}, ")
+        + f"{results['num_clients']} clients, {results['num_test_sequences']} unseen test "
         f"sequences; numbers are means over the last rounds (see config.json). "
-        f"Wall time {results['wall_seconds'] / 60:.1f} min.",
+        f"Wall time {results['wall_seconds'] / 60:.1f} min (this command; runs that an "
+        "earlier one finished are loaded from state/, not rerun). "
+        + (
+            f"Every number is the mean ± the sample standard deviation (ddof = 1) over the "
+            f"{len(seeds)} seeds; each seed generates its own scenario (unless `--data` is "
+            "given), pretrains its own initial model (unless `--weights`) and trains every "
+            "method with its own seed. "
+            + (
+                f"{MARK} marks a difference from FeDepth larger than the combined spread, "
+                "|mean_FeDepth - mean_method| > std_FeDepth + std_method; unmarked differences "
+                "lie within the spread."
+                if ref is not None
+                else "FeDepth did not run, so no difference is marked."
+            )
+            if spread
+            else "One seed: no spread is measured and no difference is marked "
+            "(`--seeds 0,1,2` gives mean ± std)."
+        ),
         "",
     ]
     if results.get("transport") == "grpc":
@@ -368,7 +832,7 @@ def render_report(results: dict[str, Any], fleet: Fleet) -> str:
     out += [
         f"## Table {table_no}: methods",
         "",
-        _table([(k, v) for k, v in m.items()], TABLE_METRICS, arrows),
+        _table([(k, v) for k, v in m.items()], TABLE_METRICS, arrows, spread=spread, ref=ref),
         "",
     ]
     if "hard" in m and "fedepth" in m:
@@ -379,6 +843,8 @@ def render_report(results: dict[str, Any], fleet: Fleet) -> str:
                 [("Hard clustering", m["hard"]), ("Soft clustering (FeDepth)", m["fedepth"])],
                 ["abs_rel"],
                 ["Abs Rel ↓"],
+                spread=spread,
+                ref=m["fedepth"],
             ),
             "",
         ]
@@ -390,26 +856,30 @@ def render_report(results: dict[str, Any], fleet: Fleet) -> str:
             "",
             "| Overlap target | " + " | ".join(f"{float(r):.0%}" for r in ratios) + " |",
             "| --- | " + " | ".join("---:" for _ in ratios) + " |",
-            "| Abs Rel ↓ | " + " | ".join(f"{sweep[r]['abs_rel']:.3f}" for r in ratios) + " |",
-            "| clusters K | "
-            + " | ".join(str(len(sweep[r]["clusters"]) or 1) for r in ratios)
+            "| Abs Rel ↓ | "
+            + " | ".join(_cell(sweep[r], "abs_rel", spread) for r in ratios)
             + " |",
+            "| clusters K | " + " | ".join(_clusters_k(sweep[r]) for r in ratios) + " |",
             "",
             "100 % means one cluster holding every client (tau = infinity); a "
-            "target is met by the smallest tau whose merged map comes closest to it.",
+            "target is met by the smallest tau whose merged map comes closest to it."
+            + (" K per seed where the seeds differ." if spread else ""),
             "",
         ]
     group_names = sorted({g for v in m.values() for g in v["groups"]})
     if group_names:
         cols = [*group_names, "all"]
-        rows = [
-            (k, {**{g: v["groups"][g]["abs_rel"] for g in v["groups"]}, "all": v["abs_rel"]})
-            for k, v in m.items()
-        ]
+        rows = [(k, _group_row(v)) for k, v in m.items()]
         out += [
             "## Table 3c: Abs Rel per platform and environment of the test sequences",
             "",
-            _table(rows, cols, [g.split(":", 1)[1] for g in group_names] + ["All"]),
+            _table(
+                rows,
+                cols,
+                [g.split(":", 1)[1] for g in group_names] + ["All"],
+                spread=spread,
+                ref=dict(rows)["fedepth"] if ref is not None else None,
+            ),
             "",
         ]
     out += [
@@ -436,10 +906,20 @@ def render_report(results: dict[str, Any], fleet: Fleet) -> str:
         "distinct model encoded once, every upload encoded, decoded and checked for finite "
         "values, as the coordinator does). *Per-round overhead* leaves out the one-time "
         "descriptors and clustering; *overhead* includes them. Clients train one after another "
-        "here, so both fractions compare the server's work with the fleet's summed training time.",
+        "here, so both fractions compare the server's work with the fleet's summed training time."
+        + (" Times and bytes are means over the seeds." if spread else ""),
         "",
         "## Figures",
         "",
+        *(
+            [
+                f"Curves: the mean over the {len(seeds)} seeds, shaded ± one sample standard "
+                f"deviation; the cluster map and the predictions are those of seed {seeds[0]}.",
+                "",
+            ]
+            if spread
+            else []
+        ),
         "![convergence](curves.png)",
         "",
         "![Jeffreys matrix and cluster map](clusters.png)",
@@ -450,20 +930,70 @@ def render_report(results: dict[str, Any], fleet: Fleet) -> str:
     return "\n".join(out)
 
 
-def write_figures(out: Path, fleet: Fleet, runs: dict[str, MethodRun], config: SimConfig) -> None:
-    """curves.png, clusters.png and predictions.png."""
+def _clusters_k(entry: Mapping[str, Any]) -> str:
+    """Table 3b's K: one number, or one per seed where the seeds differ."""
+    ks = [len(s["clusters"]) or 1 for s in (entry.get("seeds") or {"": entry}).values()]
+    return str(ks[0]) if len(set(ks)) == 1 else " / ".join(map(str, ks))
+
+
+def _group_row(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """Table 3c's cells of one method: Abs Rel (and its spread) per group and overall."""
+    row: dict[str, Any] = {}
+    for g, vals in entry["groups"].items():
+        row[g] = vals["abs_rel"]
+        if "abs_rel_std" in vals:
+            row[f"{g}_std"] = vals["abs_rel_std"]
+    row["all"] = entry["abs_rel"]
+    if "abs_rel_std" in entry:
+        row["all_std"] = entry["abs_rel_std"]
+    return row
+
+
+def write_figures(
+    out: Path,
+    fleet: FleetSummary,
+    runs: Mapping[str, Sequence[Mapping[str, Any]]],
+    pictures: Mapping[str, Mapping[str, list[Sample]]],
+) -> None:
+    """curves.png, clusters.png and predictions.png.
+
+    ``runs``: every method's per-seed summaries (first seed first); the curves show their
+    mean, shaded ± one sample standard deviation when there are several. ``fleet`` and
+    ``pictures`` (per method, the pictures of the last evaluation) are the first seed's.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
-    for name, run in runs.items():
-        rounds = [r.round + 1 for r in run.rounds]
-        axes[0].plot(rounds, [r.mean_loss for r in run.rounds], label=name)
-        pts = [(r.round + 1, r.test["all"]["abs_rel"]) for r in run.rounds if r.test]
-        if pts:
-            axes[1].plot(*zip(*pts, strict=True), marker="o", label=name)
+    for name, per_seed in runs.items():
+        curves = [s["curves"] for s in per_seed]
+        rounds = np.asarray(curves[0]["round"]) + 1
+        loss = np.asarray([c["train_loss"] for c in curves], dtype=float)
+        (line,) = axes[0].plot(rounds, loss.mean(axis=0), label=name)
+        if len(curves) > 1:
+            band = loss.std(axis=0, ddof=1)
+            axes[0].fill_between(
+                rounds,
+                loss.mean(axis=0) - band,
+                loss.mean(axis=0) + band,
+                color=line.get_color(),
+                alpha=0.2,
+            )
+        at = [i for i in range(len(rounds)) if all(c["abs_rel"][i] is not None for c in curves)]
+        if at:
+            err = np.asarray([[c["abs_rel"][i] for i in at] for c in curves], dtype=float)
+            (line,) = axes[1].plot(rounds[at], err.mean(axis=0), marker="o", label=name)
+            if len(curves) > 1:
+                band = err.std(axis=0, ddof=1)
+                axes[1].fill_between(
+                    rounds[at],
+                    err.mean(axis=0) - band,
+                    err.mean(axis=0) + band,
+                    color=line.get_color(),
+                    alpha=0.2,
+                )
     axes[0].set(title="mean local training loss", xlabel="round")
     axes[1].set(title="test Abs Rel (routed models)", xlabel="round")
     axes[1].legend(fontsize=7)
@@ -471,17 +1001,13 @@ def write_figures(out: Path, fleet: Fleet, runs: dict[str, MethodRun], config: S
     fig.savefig(out / "curves.png", dpi=110)
     plt.close(fig)
 
-    means, variances = stack_descriptors([i.descriptor for i in fleet.infos if i.descriptor])
-    A = clustering.jeffreys_matrix(means, variances)
+    A = clustering.jeffreys_matrix(fleet.means, fleet.variances)
     fed = runs.get("fedepth")
-    tau = fed.params.get("tau") if fed else None
+    tau = fed[0]["params"].get("tau") if fed else None
     if tau is None:
         tau = clustering.calibrate_tau(A, 0.2)
     m_star = clustering.soft_clustering(A, float(tau)).M_star
-    names = [
-        f"{i.labels.get('platform', '')[:4]}/{i.labels.get('environment', '')[:7]}"
-        for i in fleet.infos
-    ]
+    names = [f"{c['platform'][:4]}/{c['environment'][:7]}" for c in fleet.clients]
     fig, axes = plt.subplots(1, 2, figsize=(15, 6), gridspec_kw={"width_ratios": [1, 1.3]})
     im = axes[0].imshow(A, cmap="viridis")
     axes[0].set_title("Jeffreys divergence between clients")
@@ -495,14 +1021,14 @@ def write_figures(out: Path, fleet: Fleet, runs: dict[str, MethodRun], config: S
     fig.savefig(out / "clusters.png", dpi=110)
     plt.close(fig)
 
-    shown = list(runs)[:4]
-    seqs = [s.name for s, _, _ in fleet.test_queries][:6]
+    shown = [name for name in runs if name in pictures][:4]
+    seqs = fleet.test[:6]
     if not shown or not seqs:
         return
     cols = 2 + len(shown)
     fig, axes = plt.subplots(len(seqs), cols, figsize=(2.2 * cols, 1.8 * len(seqs)), squeeze=False)
     for r, seq in enumerate(seqs):
-        first = runs[shown[0]].samples.get(seq)
+        first = pictures[shown[0]].get(seq)
         if not first:
             continue
         rgb, gt, _ = first[0]
@@ -510,7 +1036,7 @@ def write_figures(out: Path, fleet: Fleet, runs: dict[str, MethodRun], config: S
         axes[r, 0].imshow(rgb)
         axes[r, 1].imshow(np.where(gt > 0, gt, np.nan), cmap="magma_r", vmin=0, vmax=vmax)
         for c, name in enumerate(shown):
-            sample = runs[name].samples.get(seq)
+            sample = pictures[name].get(seq)
             if sample:
                 axes[r, 2 + c].imshow(sample[0][2], cmap="magma_r", vmin=0, vmax=vmax)
         axes[r, 0].set_ylabel(seq[:18], fontsize=6)
@@ -536,4 +1062,7 @@ def format_table(results: dict[str, Any]) -> str:
     entries += [(sweep_name(float(r)), v) for r, v in results.get("overlap_sweep", {}).items()]
     for name, v in entries:
         rows.append(f"{name:<20}" + "".join(f"{v[k]:>10.3f}" for k in TABLE_METRICS))
+    seeds = results.get("seeds") or {}
+    if len(seeds) > 1:
+        rows.append(f"(means over seeds {', '.join(seeds)}; report.md gives mean ± std)")
     return "\n".join(rows)

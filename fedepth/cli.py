@@ -119,6 +119,34 @@ def _sweep(text: str | None) -> tuple[float, ...]:
     return values
 
 
+def _seeds(args: argparse.Namespace) -> tuple[int, ...]:
+    """The seeds of a benchmark: ``--seeds LIST`` or ``--seed S`` (default 0), not both."""
+    if args.seeds is not None and args.seed is not None:
+        raise CliError("give --seed S (one seed) or --seeds LIST (several), not both")
+    if args.seeds is None:
+        seed = 0 if args.seed is None else args.seed
+        if seed < 0:
+            raise CliError(f"--seed must be >= 0, got {seed}")
+        return (seed,)
+    parts = [p.strip() for p in args.seeds.split(",")]
+    if not any(parts):
+        raise CliError("--seeds is empty; give comma-separated integers >= 0, e.g. 0,1,2")
+    seeds: list[int] = []
+    for part in parts:
+        try:
+            seed = int(part)
+        except ValueError:
+            raise CliError(
+                f"--seeds {args.seeds}: {part!r} is not an integer (give e.g. 0,1,2)"
+            ) from None
+        if seed < 0:
+            raise CliError(f"--seeds {args.seeds}: {seed} is negative; seeds must be >= 0")
+        if seed in seeds:
+            raise CliError(f"--seeds {args.seeds}: {seed} is given twice")
+        seeds.append(seed)
+    return tuple(seeds)
+
+
 def _positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
     try:
@@ -148,6 +176,7 @@ def _bench_spec(
     from fedepth.bench import BenchSpec, check_weights, sim_config
     from fedepth.models import list_models
 
+    seeds = _seeds(args)
     if args.backbone not in list_models():
         raise CliError(
             f"unknown backbone {args.backbone!r}; choose from {', '.join(list_models())}"
@@ -156,7 +185,7 @@ def _bench_spec(
         args.scenario,
         args.profile,
         model=args.backbone,
-        seed=args.seed,
+        seed=seeds[0],
         rounds=args.rounds,
         local_steps=args.local_steps,
         image_size=_size(args.image_size),
@@ -187,18 +216,28 @@ def _bench_spec(
         executor=args.executor,
         progress=not args.quiet,
         transport=args.transport,
+        seeds=seeds,
+        fresh=args.fresh,
     )
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from fedepth.bench import format_table, run_benchmark
+    from fedepth.bench import OutConflictError, check_out, format_table, run_benchmark
 
     spec = _bench_spec(args, _methods(args.methods), _sweep(args.sweep))
     if spec.transport == "grpc" and spec.executor != "sequential":
         raise CliError(
             "--transport grpc trains in one process per robot; --executor does not apply"
         )
-    results = run_benchmark(spec, echo=lambda line: print(line, file=sys.stderr))
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise CliError(f"--out {out} exists and is not a directory")
+    try:
+        if not spec.fresh:
+            check_out(spec)  # before any data, pretraining or descriptors
+        results = run_benchmark(spec, echo=lambda line: print(line, file=sys.stderr))
+    except OutConflictError as exc:
+        raise CliError(str(exc)) from None
     print(format_table(results))
     print(f"wrote {spec.out / 'results.json'}, {spec.out / 'report.md'} and figures")
     return 0
@@ -682,7 +721,11 @@ def build_parser() -> argparse.ArgumentParser:
             default="newcrfs-lite",
             help="model name (default: newcrfs-lite; see docs/models.md)",
         )
-        q.add_argument("--seed", type=int, default=0)
+        q.add_argument(
+            "--seed",
+            type=int,
+            help="seed of the scenario, the pretraining and the training (default 0)",
+        )
         q.add_argument(
             "--data",
             metavar="DIR",
@@ -702,9 +745,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="run FL methods on a scenario: results.json, report.md and figures",
         description="Generate (or reuse) the scenario, pretrain the initial model (or use "
         "--weights), then run each method and write DIR/results.json, DIR/report.md with the "
-        "paper's tables, and PNG figures.",
+        "paper's tables, and PNG figures. With --seeds, every seed does all of it anew and "
+        "the results are the mean and standard deviation over the seeds. "
+        "Resuming: the same command on the same --out continues where it stopped. Finished "
+        "(method, seed) runs are kept in DIR/state and loaded instead of run again; an "
+        "interrupted method continues from its last finished round (a checkpoint is written "
+        "after every round; with --transport grpc it restarts from round 0, finished runs "
+        "are still skipped). Adding methods, sweep points or seeds to an existing --out runs "
+        "only the missing ones; an --out holding a run with other settings (rounds, steps, "
+        "backbone, image size, scenario, profile, transport, --data, --weights, ...) is "
+        "refused: use another --out, or --fresh.",
     )
     bench_args(p)
+    p.add_argument(
+        "--seeds",
+        metavar="LIST",
+        help="comma-separated seeds, e.g. 0,1,2 (integers >= 0, no repeats; not with --seed): "
+        "each generates its own scenario (with --data: the given one), pretrains its own "
+        "initial model (with --weights: the given one) and trains every method; results.json "
+        "gives each metric's mean over the seeds, its sample standard deviation as "
+        "<metric>_std and every seed's numbers under seeds",
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start over: delete what an earlier run left in --out (state/, results, report, "
+        "figures, grpc/ logs) instead of resuming it",
+    )
     p.add_argument(
         "--methods",
         default="fedavg,pacfl,fedepth",
@@ -734,7 +801,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("inprocess", "grpc"),
         help="inprocess (default): the strategy and clients in this process; grpc: each "
         "method through a real fedepth-coordinator subprocess and one process per robot on "
-        "loopback (same seed, same weights; slower; CL stays in-process). Logs in DIR/grpc",
+        "loopback (same seed, same weights; slower; CL stays in-process; an interrupted "
+        "method restarts from round 0). Logs in DIR/grpc (DIR/grpc/seed<S> with --seeds)",
     )
     p.set_defaults(func=cmd_bench)
 

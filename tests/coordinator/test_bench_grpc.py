@@ -162,6 +162,15 @@ def test_benchmark_over_grpc_writes_marked_results(smoke_hpe: Path, tmp_path: Pa
     assert (out / "grpc" / "000-fedavg" / "coordinator.log").stat().st_size > 0
     assert not (out / "grpc" / "000-fedavg" / "state").exists()  # the blobs are not kept
 
+    # another seed on the same --out: finished pairs are skipped, the new ones run over gRPC
+    lines.clear()
+    more = run_benchmark(replace(spec, seeds=(0, 1)), echo=lines.append)
+    assert "fedavg: seed 0 finished earlier" in " ".join(lines)
+    fedavg = more["methods"]["fedavg"]
+    assert fedavg["seeds"]["0"] == results["methods"]["fedavg"]["seeds"]["0"]
+    assert fedavg["seeds"]["1"]["transport"] == "grpc" and fedavg["abs_rel_std"] > 0
+    assert (out / "grpc" / "seed1" / "000-fedavg" / "coordinator.log").stat().st_size > 0
+
 
 def test_bench_cli_takes_the_transport(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["bench", "--scenario", "hpe", "--profile", "smoke", "--out", str(tmp_path)]

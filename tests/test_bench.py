@@ -1,0 +1,401 @@
+"""Tests of the benchmark over several seeds, of resuming it, and of its command line."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fedepth.bench import (
+    BenchSpec,
+    OutConflictError,
+    beyond_spread,
+    check_out,
+    combine_seeds,
+    render_report,
+    run_benchmark,
+    run_config,
+    sim_config,
+)
+from fedepth.cli import main
+from fedepth.models import save_weights
+from fedepth.runstate import load_finished
+from fedepth.sim import TABLE_METRICS, RoundRecord, initial_model
+
+CFG = sim_config(
+    "hpe",
+    "smoke",
+    model="regression-lite",
+    rounds=3,
+    local_steps=1,
+    last_rounds=2,
+    eval_frames=1,
+    descriptor_frames=4,
+)
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Initial weights, so that these tests skip pretraining where it is not the point."""
+    path = tmp_path_factory.mktemp("weights") / "w.safetensors"
+    save_weights(initial_model(CFG), path)
+    return path
+
+
+def _untimed(value: Any) -> Any:
+    """Results without what depends on the machine's speed."""
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if k not in ("timing", "wall_seconds")}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+# -- combining seeds and the report (no training) ---------------------------------------------
+def _summary(abs_rel: float, *, groups: dict[str, float] | None = None) -> dict[str, Any]:
+    metrics = {k: abs_rel * (i + 1) for i, k in enumerate(TABLE_METRICS)}
+    return {
+        **metrics,
+        "final_all": {**metrics, "silog": 10 * abs_rel},
+        "groups": {g: {"abs_rel": v} for g, v in (groups or {}).items()},
+        "per_sequence": {"seq-a": {"abs_rel": abs_rel}},
+        "clusters": [[0, 1]] if abs_rel > 0.15 else [[0], [1]],
+        "params": {"tau": 1.5},
+        "curves": {"round": [0, 1], "train_loss": [2.0, abs_rel], "abs_rel": [None, abs_rel]},
+        "timing": {
+            "train_seconds": 10 * abs_rel,
+            **dict.fromkeys(("descriptor_seconds", "setup_seconds", "aggregate_seconds"), 0.1),
+            **dict.fromkeys(("wire_seconds", "round_overhead_fraction", "overhead_fraction"), 0.1),
+        },
+        "bytes_per_round": {"download_mean": 4.0, "upload_mean": 2.0, "per_round": [{"d": 1}]},
+        "routes": {"seq-a": [0]},
+        "transport": "inprocess",
+    }
+
+
+def test_seeds_combine_into_mean_and_sample_std_with_every_seed_kept() -> None:
+    per_seed = {
+        "0": _summary(0.1, groups={"platform:spot": 1.0, "platform:car": 3.0}),
+        "3": _summary(0.2, groups={"platform:spot": 2.0}),
+    }
+    e = combine_seeds(per_seed)
+    assert e["abs_rel"] == pytest.approx(0.15)
+    assert e["abs_rel_std"] == pytest.approx(0.1 / np.sqrt(2))  # ddof = 1
+    assert e["d3_std"] == pytest.approx(0.7 / np.sqrt(2))
+    assert list(e)[: 2 * len(TABLE_METRICS)] == [
+        *TABLE_METRICS,
+        *(f"{k}_std" for k in TABLE_METRICS),
+    ]
+    assert e["final_all"]["silog"] == pytest.approx(1.5)
+    assert e["groups"]["platform:spot"] == pytest.approx(
+        {"abs_rel": 1.5, "abs_rel_std": np.sqrt(0.5)}
+    )
+    # a group one seed lacks: over the seeds that have it
+    assert e["groups"]["platform:car"] == {"abs_rel": 3.0, "abs_rel_std": 0.0}
+    assert e["curves"]["train_loss"] == pytest.approx([2.0, 0.15])
+    assert e["curves"]["abs_rel"][0] is None and e["curves"]["abs_rel"][1] == pytest.approx(0.15)
+    assert e["timing"]["train_seconds"] == pytest.approx(1.5)
+    assert e["bytes_per_round"]["per_round"] == [{"d": 1}]
+    assert e["clusters"] == [[0], [1]]  # what has no mean: the first seed's
+    assert e["seeds"] == per_seed and list(e["seeds"]) == ["0", "3"]
+
+
+def test_one_seed_is_its_summary_plus_zero_spreads_and_the_seed() -> None:
+    run = _summary(0.1, groups={"platform:spot": 1.0})
+    e = combine_seeds({"7": run})
+    assert e["seeds"] == {"7": run}
+    for k in TABLE_METRICS:
+        assert e[k] == run[k] and e[f"{k}_std"] == 0.0
+    assert e["groups"] == {"platform:spot": {"abs_rel": 1.0, "abs_rel_std": 0.0}}
+    plain = _without_spread({k: v for k, v in e.items() if k != "seeds"})
+    assert plain == run and list(plain) == list(run)  # today's layout, key for key
+
+
+def _without_spread(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_spread(v) for k, v in value.items() if not k.endswith("_std")}
+    return value
+
+
+def _results(methods: dict[str, list[float]]) -> dict[str, Any]:
+    entries = {
+        name: combine_seeds(
+            {str(i): _summary(v, groups={"environment:forest": v}) for i, v in enumerate(values)}
+        )
+        for name, values in methods.items()
+    }
+    seeds = {str(i): {} for i in range(len(next(iter(methods.values()))))}
+    return {
+        "scenario": "hpe",
+        "profile": "smoke",
+        "seed": 0,
+        "seeds": seeds,
+        "backbone": "regression-lite",
+        "num_clients": 4,
+        "num_test_sequences": 2,
+        "transport": "inprocess",
+        "methods": entries,
+        "overlap_sweep": {},
+        "wall_seconds": 60.0,
+    }
+
+
+def test_the_report_marks_differences_from_fedepth_beyond_the_combined_spread() -> None:
+    results = _results({"fedavg": [0.20, 0.22], "hard": [0.11, 0.13], "fedepth": [0.10, 0.12]})
+    m = results["methods"]
+    assert beyond_spread(m["fedavg"], m["fedepth"], "abs_rel")  # 0.10 apart, spread 0.028
+    assert not beyond_spread(m["hard"], m["fedepth"], "abs_rel")  # 0.01 apart
+    report = render_report(results)
+    table_1 = report.split("## Table 1")[1].split("##")[0]
+    rows = {line.split(" | ")[0]: line for line in table_1.splitlines() if line.startswith("| ")}
+    assert "| 0.210 ± 0.014 * |" in rows["| fedavg"]
+    assert "| 0.120 ± 0.014 |" in rows["| hard"] and "*" not in rows["| hard"]
+    assert "*" not in rows["| fedepth"]
+    assert "|mean_FeDepth - mean_method| > std_FeDepth + std_method" in report
+    assert "sample standard deviation" in report and "seeds 0, 1" in report
+    table_3a = report.split("## Table 3a")[1].split("##")[0]
+    assert "| Hard clustering | 0.120 ± 0.014 |" in table_3a
+    table_3c = report.split("## Table 3c")[1].split("##")[0]
+    assert "| fedavg | 0.210 ± 0.014 * | 0.210 ± 0.014 * |" in table_3c
+    assert "shaded ± one sample standard deviation" in report
+
+
+def test_a_single_seed_report_has_plain_numbers_and_no_marks() -> None:
+    results = _results({"fedavg": [0.2], "fedepth": [0.1]})
+    report = render_report(results)
+    assert "±" not in report.split("## Table 1")[1]
+    assert "| fedavg | 0.200 | 0.400 |" in report
+    assert "One seed: no spread is measured and no difference is marked" in report
+
+
+# -- the benchmark end to end -----------------------------------------------------------------
+#: Methods whose server or client state must survive a restart: SCAFFOLD's control variates
+#: (both sides), FedDyn's h and g_i, FedClust's clustering after round 0, FeDepth's soft
+#: clusters and tau, CL's pooled participant; plus a point of the overlap sweep.
+#: Each run is interrupted once, after the given round (2: its last, before its summary is
+#: written).
+STOP_AFTER = {"scaffold": 1, "feddyn": 0, "fedclust": 0, "fedepth": 2, "cl": 0, "sweep-0.5": 1}
+
+
+class StopError(Exception):
+    """Stands in for a killed process."""
+
+
+@pytest.mark.slow
+def test_an_interrupted_benchmark_resumes_to_the_numbers_of_an_uninterrupted_one(
+    smoke_hpe: Path, weights: Path, tmp_path: Path
+) -> None:
+    spec = BenchSpec(
+        scenario="hpe",
+        profile="smoke",
+        methods=("scaffold", "feddyn", "fedclust", "fedepth", "cl"),
+        out=tmp_path / "whole",
+        sim=CFG,
+        data_dir=smoke_hpe,
+        cache_dir=tmp_path / "cache",
+        weights=weights,
+        sweep=(0.5,),
+        progress=False,
+    )
+    whole = run_benchmark(spec, echo=lambda _: None)
+
+    seen: dict[str, list[int]] = defaultdict(list)
+    stopped: set[str] = set()
+
+    def interrupt(name: str, seed: int, rec: RoundRecord) -> None:
+        seen[name].append(rec.round)
+        if name not in stopped and rec.round == STOP_AFTER[name]:
+            stopped.add(name)
+            raise StopError(name)
+
+    out = tmp_path / "resumed"
+    lines: list[str] = []
+    for _attempt in range(len(STOP_AFTER) + 1):
+        try:
+            resumed = run_benchmark(replace(spec, out=out), echo=lines.append, on_round=interrupt)
+            break
+        except StopError:
+            continue
+    else:
+        pytest.fail("the benchmark never finished")
+    assert stopped == set(STOP_AFTER)
+    # every round ran exactly once: resumed after the last checkpoint, finished runs not rerun
+    assert dict(seen) == {name: [0, 1, 2] for name in STOP_AFTER}
+    assert any("scaffold: seed 0 resumes after round 2 of 3" in line for line in lines)
+    assert any("fedepth: seed 0 resumes after round 3 of 3" in line for line in lines)
+    assert any("feddyn: seed 0 finished earlier" in line for line in lines)
+
+    assert _untimed(resumed) == _untimed(whole)
+    on_disk = [json.loads((d / "results.json").read_text()) for d in (out, spec.out)]
+    assert _untimed(on_disk[0]) == _untimed(on_disk[1])
+    assert resumed["methods"]["fedepth"]["abs_rel"] == whole["methods"]["fedepth"]["abs_rel"]
+    for key in STOP_AFTER:  # the pictures of the report, too
+        a = load_finished(out / "state" / "seed0" / key)
+        b = load_finished(spec.out / "state" / "seed0" / key)
+        assert a is not None and b is not None and a[1].keys() == b[1].keys()
+        for seq, rows in a[1].items():
+            for x, y in zip(rows[0], b[1][seq][0], strict=True):
+                assert np.array_equal(x, y)
+    assert not list(out.rglob("checkpoint"))  # a run's checkpoint goes once it finished
+    assert (out / "report.md").is_file() and (out / "curves.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_seeds_are_averaged_and_more_seeds_or_methods_run_only_the_missing_pairs(
+    smoke_hpe: Path, tmp_path: Path
+) -> None:
+    cfg = replace(CFG, rounds=2, last_rounds=1, pretrain_steps=2, pretrain_batch=2)
+    spec = BenchSpec(
+        scenario="hpe",
+        profile="smoke",
+        methods=("fedavg",),
+        out=tmp_path / "out",
+        sim=cfg,
+        data_dir=smoke_hpe,
+        cache_dir=tmp_path / "cache",
+        progress=False,
+    )
+    one = run_benchmark(spec, echo=lambda _: None)
+    assert one["methods"]["fedavg"]["abs_rel_std"] == 0.0
+    assert list(one["methods"]["fedavg"]["seeds"]) == ["0"] and list(one["seeds"]) == ["0"]
+
+    ran: list[tuple[str, int]] = []
+    more = run_benchmark(
+        replace(spec, methods=("fedavg", "fedprox"), seeds=(0, 1)),
+        echo=lambda _: None,
+        on_round=lambda name, seed, rec: ran.append((name, seed)),
+    )
+    assert sorted(set(ran)) == [("fedavg", 1), ("fedprox", 0), ("fedprox", 1)]
+    e = more["methods"]["fedavg"]
+    assert e["seeds"]["0"] == one["methods"]["fedavg"]["seeds"]["0"]  # loaded, timing and all
+    s0, s1 = e["seeds"]["0"], e["seeds"]["1"]
+    assert s0["abs_rel"] != s1["abs_rel"]  # each seed pretrains and trains anew
+    for k in TABLE_METRICS:
+        assert e[k] == pytest.approx((s0[k] + s1[k]) / 2)
+        assert e[f"{k}_std"] == pytest.approx(abs(s0[k] - s1[k]) / np.sqrt(2))
+    assert len(list((tmp_path / "cache" / "pretrain").glob("*-s1.safetensors"))) == 1
+    assert list(more["seeds"]) == ["0", "1"] and more["seed"] == 0
+    config = json.loads((spec.out / "config.json").read_text())
+    assert config["seeds"] == [0, 1] and config["methods"] == ["fedavg", "fedprox"]
+    assert "seeds 0, 1" in (spec.out / "report.md").read_text()
+
+    # seed 1 of the pair is the run a single-seed benchmark with seed 1 makes
+    alone = run_benchmark(replace(spec, out=tmp_path / "alone", seeds=(1,)), echo=lambda _: None)
+    assert _untimed(alone["methods"]["fedavg"]["seeds"]["1"]) == _untimed(s1)
+
+    # the training settings must match to add to a run; start over with fresh
+    with pytest.raises(OutConflictError, match="rounds=2; this command has rounds=3"):
+        run_benchmark(replace(spec, sim=replace(cfg, rounds=3)), echo=lambda _: None)
+    fresh = run_benchmark(replace(spec, fresh=True, seeds=(1,)), echo=lambda _: None)
+    assert list(fresh["methods"]["fedavg"]["seeds"]) == ["1"]
+    assert not (spec.out / "state" / "seed0").exists()
+
+
+def _bench_cli(out: Path, data: Path, weights: Path, *extra: str) -> int:
+    return main(
+        [
+            "bench",
+            "--scenario",
+            "hpe",
+            "--profile",
+            "smoke",
+            "--data",
+            str(data),
+            "--weights",
+            str(weights),
+            "--methods",
+            "fedavg",
+            "--backbone",
+            "regression-lite",
+            "--local-steps",
+            "1",
+            "--out",
+            str(out),
+            "--quiet",
+            *extra,
+        ]
+    )
+
+
+def test_bench_cli_resumes_refuses_other_settings_and_starts_over_with_fresh(
+    smoke_hpe: Path, weights: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    assert _bench_cli(out, smoke_hpe, weights, "--rounds", "1") == 0
+    first = json.loads((out / "results.json").read_text())
+    capsys.readouterr()
+
+    assert _bench_cli(out, smoke_hpe, weights, "--rounds", "2") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err == (
+        f"fedepth bench: error: {out} holds a run with rounds=1; this command has rounds=2; "
+        "use another --out, or --fresh to start over\n"
+    )
+
+    assert _bench_cli(out, smoke_hpe, weights, "--rounds", "1") == 0  # nothing left to run
+    assert "fedavg: seed 0 finished earlier" in capsys.readouterr().err
+    again = json.loads((out / "results.json").read_text())
+    assert _untimed(again) == _untimed(first)
+
+    assert _bench_cli(out, smoke_hpe, weights, "--rounds", "2", "--fresh") == 0
+    assert json.loads((out / "config.json").read_text())["sim"]["rounds"] == 2
+    assert (
+        len(json.loads((out / "results.json").read_text())["methods"]["fedavg"]["curves"]["round"])
+        == 2
+    )
+
+
+def test_an_out_with_unreadable_or_missing_settings_is_refused(tmp_path: Path) -> None:
+    spec = BenchSpec("hpe", "smoke", ("fedavg",), tmp_path / "out", CFG, progress=False)
+    check_out(spec)  # nothing there yet
+    (spec.out / "state").mkdir(parents=True)
+    with pytest.raises(OutConflictError, match=r"no config\.json to check them against"):
+        check_out(spec)
+    (spec.out / "config.json").write_text("{not json")
+    with pytest.raises(OutConflictError, match=r"config\.json that cannot be read"):
+        check_out(spec)
+    (spec.out / "config.json").write_text(json.dumps(run_config(spec)))
+    check_out(spec)
+    check_out(replace(spec, methods=("fedavg", "pacfl"), sweep=(0.2,), seeds=(0, 4)))
+    with pytest.raises(OutConflictError, match="holds a run with backbone=regression-lite, "):
+        check_out(replace(spec, sim=replace(CFG, model="adabins-lite", lr=1e-3)))
+    with pytest.raises(OutConflictError, match="this command has transport=grpc"):
+        check_out(replace(spec, transport="grpc"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seeds", ""], "--seeds is empty; give comma-separated integers >= 0, e.g. 0,1,2"),
+        (["--seeds", " , "], "--seeds is empty"),
+        (["--seeds", "0,a"], "--seeds 0,a: 'a' is not an integer"),
+        (["--seeds", "0,1.5"], "'1.5' is not an integer"),
+        (["--seeds=0,-1"], "--seeds 0,-1: -1 is negative; seeds must be >= 0"),
+        (["--seeds", "1,2,1"], "--seeds 1,2,1: 1 is given twice"),
+        (["--seed", "0", "--seeds", "1,2"], "give --seed S (one seed) or --seeds LIST"),
+        (["--seed", "-1"], "--seed must be >= 0, got -1"),
+    ],
+)
+def test_bench_cli_refuses_bad_seeds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    out = tmp_path / "out"
+    code = main(["bench", "--scenario", "hpe", "--profile", "smoke", "--out", str(out), *args])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and err.startswith("fedepth bench: error:")
+    assert not out.exists()  # refused before anything ran
+
+
+def test_bench_help_documents_seeds_and_resuming(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--seeds LIST" in text and "--fresh" in text
+    assert "continues where it stopped" in text and "restarts from round 0" in text
