@@ -36,6 +36,8 @@ from fedepth.models.state import State, get_state, set_state
 ExtraStates = dict[str, dict[str, np.ndarray]]
 
 
+#: Optimizer names of :class:`OptimizerConfig`.
+OPTIMIZERS = ("adamw", "adam", "sgd")
 #: Learning-rate schedules within one local round (see :meth:`OptimizerConfig.step_lrs`).
 SCHEDULES = ("constant", "cosine")
 
@@ -107,7 +109,7 @@ class OptimizerConfig:
             return torch.optim.SGD(
                 params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay
             )
-        raise ValueError(f"unknown optimizer {self.name!r}; known: adamw, adam, sgd")
+        raise ValueError(f"unknown optimizer {self.name!r}; known: {', '.join(OPTIMIZERS)}")
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,6 @@ from fedepth.sim import (
     RoundRecord,
     SimConfig,
     Simulation,
-    client_seed,
     config_dict,
     final_metrics,
     run_job,
@@ -710,8 +709,7 @@ class _RobotSession:
         if rnd - 1 in self.gates:  # the parent evaluates round rnd - 1 first
             self.parent.wait_for(self.workdir / "gates" / f"{self.index:03d}-{rnd - 1}")
         gate_s = time.perf_counter() - t0
-        seed = client_seed(self.config.seed, rnd, self.cid)
-        job = ClientJob(self.cid, self.sequences, task, self.memory, seed)
+        job = ClientJob(self.cid, self.sequences, task, self.memory, rnd=rnd)
         res = run_job(self.config, job, self.model)
         self.memory = res.memory  # the robot keeps its hook state (SCAFFOLD c_i, FedDyn g_i)
         up = res.update
