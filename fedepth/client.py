@@ -68,7 +68,13 @@ def train_round(
     dataset = round_dataset(frames, recipe, seed)
     trainer = LocalTrainer(model, config=recipe.train_config(seed, device=device))
     hook = make_client_hook(task, memory or {})
-    result = trainer.fit(dataset, state=task.state, hooks=() if hook is None else (hook,))
+    own_focus = model.variance_focus
+    if recipe.variance_focus is not None:
+        model.variance_focus = recipe.variance_focus
+    try:
+        result = trainer.fit(dataset, state=task.state, hooks=() if hook is None else (hook,))
+    finally:
+        model.variance_focus = own_focus
     new_memory = dict(memory or {})
     if hook is not None:
         hook.remember(new_memory)

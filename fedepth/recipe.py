@@ -3,7 +3,7 @@
 One recipe says everything that decides a client's local round apart from its data and the
 downloaded weights: local steps and batch size, optimizer, learning rate and its schedule
 within the round, gradient clipping, the input size frames are resized to, flip augmentation
-and the run's base seed. The round driver puts it in every
+the run's base seed, and the SILog loss's lambda. The round driver puts it in every
 :class:`~fedepth.strategies.TrainTask` (the simulation from its ``SimConfig``, the
 coordinator from its ``training:`` section, over the wire in the download header), and
 :func:`fedepth.client.train_round` trains with it, so a simulated client, a benchmark robot
@@ -70,6 +70,8 @@ class TrainRecipe:
     image_size: tuple[int, int] = (48, 64)
     flip: bool = True
     seed: int = 0
+    #: lambda of the SILog loss (None: the model's own, 0.85); lower weighs global scale more
+    variance_focus: float | None = None
 
     def __post_init__(self) -> None:
         def need(ok: bool, what: str) -> None:
@@ -120,6 +122,13 @@ class TrainRecipe:
             _is_int(self.seed) and -_INT64 <= self.seed < _INT64,
             f"seed must be a 64-bit integer, got {self.seed!r}",
         )
+        need(
+            self.variance_focus is None
+            or (_is_number(self.variance_focus) and 0 <= self.variance_focus <= 1),
+            f"variance_focus must lie in [0, 1] or be None, got {self.variance_focus!r}",
+        )
+        if self.variance_focus is not None:
+            object.__setattr__(self, "variance_focus", float(self.variance_focus))
         for name in ("lr", "weight_decay", "momentum", "final_lr_fraction"):
             object.__setattr__(self, name, float(getattr(self, name)))
         if self.grad_clip is not None:

@@ -17,6 +17,8 @@ Final numbers are the mean over the last ``last_rounds`` rounds, as in the paper
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -56,6 +58,9 @@ TABLE_METRICS = ("abs_rel", "sq_rel", "rmse", "rmse_log", "d1", "d2", "d3")
 
 #: torch threads of :func:`pretrain` unless configured otherwise
 PRETRAIN_THREADS = 2
+#: version of :func:`pretrain`'s recipe, part of the checkpoint cache key: bump it when the
+#: code changes what a pretraining run with the same settings produces
+PRETRAIN_REGIME = 2
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,9 @@ class SimConfig:
     flip: bool = True
     min_depth: float = 1e-3
     max_depth: float = 80.0
+    #: lambda of the SILog loss, in pretraining and in every client round (None: the model's
+    #: own, 0.85); lower values weigh a prediction's global scale more
+    variance_focus: float | None = None
     descriptor_frames: int = 32
     pacfl_basis: int = 3
     eval_frames: int = 8
@@ -90,6 +98,8 @@ class SimConfig:
     pretrain_steps: int = 300
     pretrain_batch: int = 8
     pretrain_lr: float = 1e-3
+    #: fraction of the pretraining steps spent in linear learning-rate warmup
+    pretrain_warmup: float = 0.1
     #: torch threads for pretraining. Fixed rather than the machine's default because the
     #: checkpoint depends on it (CPU kernels reduce in a thread-dependent order); 2 is what the
     #: documented small-profile checkpoints were trained with.
@@ -116,6 +126,7 @@ class SimConfig:
             image_size=self.image_size,
             flip=self.flip,
             seed=self.seed,
+            variance_focus=self.variance_focus,
         )
 
     def train_config(self, seed: int) -> TrainConfig:
@@ -123,7 +134,35 @@ class SimConfig:
         return self.recipe().train_config(seed)
 
     def build_model(self) -> DepthModel:
-        return create_model(self.model, min_depth=self.min_depth, max_depth=self.max_depth)
+        return create_model(
+            self.model,
+            min_depth=self.min_depth,
+            max_depth=self.max_depth,
+            variance_focus=self.variance_focus,
+        )
+
+    def pretrain_key(self) -> str:
+        """A short stable hash of every setting the pretrained checkpoint depends on (its cache
+        key: change any of them and the checkpoint is trained anew)."""
+        fields = {
+            k: getattr(self, k)
+            for k in (
+                "model",
+                "image_size",
+                "min_depth",
+                "max_depth",
+                "weight_decay",
+                "pretrain_steps",
+                "pretrain_batch",
+                "pretrain_lr",
+                "pretrain_warmup",
+                "pretrain_threads",
+                "variance_focus",
+                "seed",
+            )
+        }
+        text = json.dumps({**fields, "regime": PRETRAIN_REGIME}, sort_keys=True, default=list)
+        return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
 @dataclass
@@ -727,27 +766,37 @@ def pretrain(scenario: Scenario, config: SimConfig, *, progress: bool = True) ->
 
 
 def _pretrain(scenario: Scenario, config: SimConfig, *, progress: bool) -> DepthModel:
+    """One optimizer through the whole run: AdamW with ``pretrain_warmup`` of linear warmup,
+    then a cosine decay to 2 % of ``pretrain_lr`` (a one-cycle shape)."""
     torch.manual_seed(config.seed)
     model = config.build_model()
     dataset = FrameDataset(scenario.pretrain, config.image_size, flip=True, seed=config.seed)
-    chunk = max(1, min(50, config.pretrain_steps))
-    done = 0
-    bar = tqdm(total=config.pretrain_steps, desc="pretrain", unit="step", disable=not progress)
-    while done < config.pretrain_steps:
-        steps = min(chunk, config.pretrain_steps - done)
-        trainer = LocalTrainer(
-            model,
-            config=TrainConfig(
-                num_steps=steps,
-                batch_size=config.pretrain_batch,
-                optimizer=OptimizerConfig(lr=config.pretrain_lr, weight_decay=config.weight_decay),
-                seed=config.seed + done,
+    steps = config.pretrain_steps
+    trainer = LocalTrainer(
+        model,
+        config=TrainConfig(
+            num_steps=steps,
+            batch_size=config.pretrain_batch,
+            optimizer=OptimizerConfig(
+                lr=config.pretrain_lr,
+                weight_decay=config.weight_decay,
+                schedule="cosine",
+                warmup_steps=min(round(config.pretrain_warmup * steps), steps - 1),
+                final_lr_fraction=0.02,
             ),
-        )
-        result = trainer.fit(dataset)
-        done += steps
-        bar.update(steps)
-        bar.set_postfix(loss=f"{np.mean(result.losses):.3f}")
+            seed=config.seed,
+        ),
+    )
+    bar = tqdm(total=steps, desc="pretrain", unit="step", disable=not progress)
+    recent: list[float] = []
+
+    def on_step(step: int, loss: float) -> None:
+        recent.append(loss)
+        bar.update(1)
+        if (step + 1) % 25 == 0 or step + 1 == steps:
+            bar.set_postfix(loss=f"{np.mean(recent[-25:]):.3f}")
+
+    trainer.fit(dataset, on_step=on_step)
     bar.close()
     model.eval()
     return model

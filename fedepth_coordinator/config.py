@@ -122,6 +122,8 @@ class TrainingConfig:
     flip: bool = _RECIPE.flip
     #: Base seed of the robots' training seeds (robot R, round N: crc32("seed/N/R")).
     seed: int = _RECIPE.seed
+    #: Lambda of the SILog loss; null: the model's own (0.85).
+    variance_focus: float | None = _RECIPE.variance_focus
 
     def recipe(self) -> TrainRecipe:
         """The :class:`~fedepth.recipe.TrainRecipe` of this section (raises ValueError)."""

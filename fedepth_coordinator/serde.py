@@ -149,6 +149,8 @@ def recipe_to_pb(r: TrainRecipe) -> pb.TrainRecipe:
     )
     if r.grad_clip is not None:
         msg.grad_clip = r.grad_clip
+    if r.variance_focus is not None:
+        msg.variance_focus = r.variance_focus
     return msg
 
 
@@ -168,6 +170,7 @@ def recipe_from_pb(msg: pb.TrainRecipe) -> TrainRecipe:
             image_size=(int(msg.image_height), int(msg.image_width)),
             flip=bool(msg.flip),
             seed=int(msg.seed),
+            variance_focus=msg.variance_focus if msg.HasField("variance_focus") else None,
         )
     except ValueError as exc:
         raise InvalidArgumentError(f"invalid training recipe: {exc}") from exc

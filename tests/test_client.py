@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -124,3 +125,17 @@ def test_hook_memory_is_returned_not_modified() -> None:
     assert first.update.extra  # SCAFFOLD's control delta goes up with the update
     second = train_round(model, task, frames, cid="c", rnd=1, memory=first.memory, device="cpu")
     assert second.memory[CLIENT_CONTROL] is not first.memory[CLIENT_CONTROL]
+
+
+def test_the_recipes_loss_lambda_trains_and_the_models_own_is_kept() -> None:
+    frames = make_frames(4)
+    states, losses = [], []
+    for focus in (None, 0.85, 0.2):
+        model = _model()
+        task = TrainTask(state=get_state(model), recipe=replace(RECIPE, variance_focus=focus))
+        res = train_round(model, task, frames, cid="c", rnd=0)
+        assert model.variance_focus == 0.85  # the model's own lambda after the round
+        states.append(res.update.state)
+        losses.append(res.update.metrics["loss"])
+    assert _same(states[0], states[1])  # None is the model's own 0.85
+    assert not _same(states[0], states[2]) and losses[2] != losses[0]

@@ -77,6 +77,7 @@ def test_numbers_are_normalized() -> None:
         ({"flip": 1}, "flip must be true or false"),
         ({"seed": 1 << 63}, "seed must be a 64-bit integer"),
         ({"local_steps": True}, "local_steps must be an integer"),
+        ({"variance_focus": 1.5}, r"variance_focus must lie in \[0, 1\] or be None"),
     ],
 )
 def test_bad_values_are_clear_errors(changes: dict[str, Any], message: str) -> None:

@@ -32,6 +32,7 @@ LAYOUT = Layout.of({"state": {"w": np.zeros(3, np.float32)}})
             image_size=(96, 128),
             flip=False,
             seed=-(1 << 40),
+            variance_focus=0.5,
         ),
     ],
 )

@@ -149,7 +149,7 @@ class DownloadModelRequest(_message.Message):
     def __init__(self, robot_id: _Optional[str] = ..., round: _Optional[int] = ..., latest: _Optional[bool] = ...) -> None: ...
 
 class TrainRecipe(_message.Message):
-    __slots__ = ("local_steps", "batch_size", "optimizer", "lr", "weight_decay", "momentum", "grad_clip", "schedule", "warmup_steps", "final_lr_fraction", "image_height", "image_width", "flip", "seed")
+    __slots__ = ("local_steps", "batch_size", "optimizer", "lr", "weight_decay", "momentum", "grad_clip", "schedule", "warmup_steps", "final_lr_fraction", "image_height", "image_width", "flip", "seed", "variance_focus")
     LOCAL_STEPS_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
@@ -164,6 +164,7 @@ class TrainRecipe(_message.Message):
     IMAGE_WIDTH_FIELD_NUMBER: _ClassVar[int]
     FLIP_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    VARIANCE_FOCUS_FIELD_NUMBER: _ClassVar[int]
     local_steps: int
     batch_size: int
     optimizer: str
@@ -178,7 +179,8 @@ class TrainRecipe(_message.Message):
     image_width: int
     flip: bool
     seed: int
-    def __init__(self, local_steps: _Optional[int] = ..., batch_size: _Optional[int] = ..., optimizer: _Optional[str] = ..., lr: _Optional[float] = ..., weight_decay: _Optional[float] = ..., momentum: _Optional[float] = ..., grad_clip: _Optional[float] = ..., schedule: _Optional[str] = ..., warmup_steps: _Optional[int] = ..., final_lr_fraction: _Optional[float] = ..., image_height: _Optional[int] = ..., image_width: _Optional[int] = ..., flip: _Optional[bool] = ..., seed: _Optional[int] = ...) -> None: ...
+    variance_focus: float
+    def __init__(self, local_steps: _Optional[int] = ..., batch_size: _Optional[int] = ..., optimizer: _Optional[str] = ..., lr: _Optional[float] = ..., weight_decay: _Optional[float] = ..., momentum: _Optional[float] = ..., grad_clip: _Optional[float] = ..., schedule: _Optional[str] = ..., warmup_steps: _Optional[int] = ..., final_lr_fraction: _Optional[float] = ..., image_height: _Optional[int] = ..., image_width: _Optional[int] = ..., flip: _Optional[bool] = ..., seed: _Optional[int] = ..., variance_focus: _Optional[float] = ...) -> None: ...
 
 class DownloadHeader(_message.Message):
     __slots__ = ("round", "hook", "hook_params", "state", "hook_state", "total_bytes", "recipe")
