@@ -45,7 +45,6 @@ from fedepth.runstate import (
     write_text_atomic,
 )
 from fedepth.sim import (
-    PRETRAIN_THREADS,
     TABLE_METRICS,
     Executor,
     Fleet,
@@ -125,12 +124,15 @@ PROFILE_SIM: dict[str, dict[str, Any]] = {
         "descriptor_frames": 8,
     },
     "small": {
-        "image_size": (48, 64),
-        "rounds": 8,
-        "local_steps": 3,
+        "image_size": (64, 96),
+        "rounds": 12,
+        "local_steps": 10,
         "last_rounds": 5,
-        "pretrain_steps": 600,
+        "variance_focus": 0.5,
+        "pretrain_steps": 1000,
+        "pretrain_lr": 2e-3,
         "eval_frames": 8,
+        "eval_every": 1,
         "descriptor_frames": 32,
     },
     "paper": {
@@ -183,9 +185,7 @@ def ensure_weights(spec: BenchSpec, scenario: Scenario) -> Path:
     c = spec.sim
     name = (
         f"{spec.scenario}-{spec.profile}-{c.model}-{c.image_size[0]}x{c.image_size[1]}"
-        f"-{c.pretrain_steps}steps-lr{c.pretrain_lr:g}-s{c.seed}"
-        + ("" if c.pretrain_threads == PRETRAIN_THREADS else f"-t{c.pretrain_threads}")
-        + ".safetensors"
+        f"-{c.pretrain_steps}steps-s{c.seed}-{c.pretrain_key()}.safetensors"
     )
     path = spec.cache_dir / "pretrain" / name
     if not path.is_file():

@@ -1,11 +1,13 @@
 """In-process federation: Strategy + LocalTrainer driven round by round over a scenario's clients.
 
 The simulation uses the same objects the coordinator and the robots use (a
-:class:`~fedepth.strategies.Strategy` on the server side; :class:`~fedepth.training.LocalTrainer`,
-:func:`~fedepth.strategies.make_client_hook` and the descriptor extractor on the client side),
-so its numbers are those of a deployed fleet minus the network. Client training runs through an
-executor: :class:`SequentialExecutor` (default, in this process) or :class:`RayExecutor` (Ray
-tasks on the CPUs/GPUs of one or many machines); both give the same result for the same seed.
+:class:`~fedepth.strategies.Strategy` on the server side; :func:`fedepth.client.train_round`,
+the one client-round function, and the descriptor extractor on the client side), so its
+numbers are those of a deployed fleet minus the network. Every task carries the round's
+:class:`~fedepth.recipe.TrainRecipe` (:meth:`SimConfig.recipe`), as the coordinator's do.
+Client training runs through an executor: :class:`SequentialExecutor` (default, in this
+process) or :class:`RayExecutor` (Ray tasks on the CPUs/GPUs of one or many machines); both
+give the same result for the same seed.
 
 Per round it records the test metrics of every unseen sequence (routed by the strategy, no
 test-time training), the bytes each client downloads and uploads, and the time spent in local
@@ -15,9 +17,10 @@ Final numbers are the mean over the last ``last_rounds`` rounds, as in the paper
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
@@ -27,20 +30,21 @@ import torch
 from tqdm import tqdm
 
 from fedepth import clustering
+from fedepth.client import RoundResult, train_round
 from fedepth.data.scenario import Client, Scenario
 from fedepth.data.sequence import Sequence as RGBDSequence
 from fedepth.data.torchdata import FrameDataset, resize_frame
 from fedepth.descriptor import Descriptor, DescriptorExtractor
 from fedepth.metrics import compute_errors, mean_errors
 from fedepth.models import DepthModel, create_model, set_state
+from fedepth.recipe import TrainRecipe
+from fedepth.recipe import client_seed as client_seed  # re-exported: fedepth.sim.client_seed
 from fedepth.strategies import (
     ClientInfo,
-    ClientUpdate,
     RouteDecision,
     Strategy,
     TrainTask,
     create_strategy,
-    make_client_hook,
 )
 from fedepth.strategies.aggregate import State
 from fedepth.strategies.pacfl import BASIS_KEY
@@ -54,6 +58,9 @@ TABLE_METRICS = ("abs_rel", "sq_rel", "rmse", "rmse_log", "d1", "d2", "d3")
 
 #: torch threads of :func:`pretrain` unless configured otherwise
 PRETRAIN_THREADS = 2
+#: version of :func:`pretrain`'s recipe, part of the checkpoint cache key: bump it when the
+#: code changes what a pretraining run with the same settings produces
+PRETRAIN_REGIME = 2
 
 
 @dataclass(frozen=True)
@@ -67,8 +74,22 @@ class SimConfig:
     batch_size: int = 4
     lr: float = 5e-4
     weight_decay: float = 1e-2
+    #: optimizer of the local rounds: adamw | adam | sgd
+    optimizer: str = "adamw"
+    #: max global gradient norm of the local steps (None: no clipping)
+    grad_clip: float | None = 1.0
+    #: learning-rate schedule within a round's local steps: constant | cosine (to
+    #: lr * final_lr_fraction at the last step), after warmup_steps of linear warmup
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    final_lr_fraction: float = 0.1
+    #: left-right flip augmentation of the local rounds
+    flip: bool = True
     min_depth: float = 1e-3
     max_depth: float = 80.0
+    #: lambda of the SILog loss, in pretraining and in every client round (None: the model's
+    #: own, 0.85); lower values weigh a prediction's global scale more
+    variance_focus: float | None = None
     descriptor_frames: int = 32
     pacfl_basis: int = 3
     eval_frames: int = 8
@@ -77,6 +98,8 @@ class SimConfig:
     pretrain_steps: int = 300
     pretrain_batch: int = 8
     pretrain_lr: float = 1e-3
+    #: fraction of the pretraining steps spent in linear learning-rate warmup
+    pretrain_warmup: float = 0.1
     #: torch threads for pretraining. Fixed rather than the machine's default because the
     #: checkpoint depends on it (CPU kernels reduce in a thread-dependent order); 2 is what the
     #: documented small-profile checkpoints were trained with.
@@ -86,64 +109,95 @@ class SimConfig:
     threads: int = 1
     method_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
-    def train_config(self, seed: int) -> TrainConfig:
-        return TrainConfig(
-            num_steps=self.local_steps,
+    def recipe(self, rnd: int = 0) -> TrainRecipe:
+        """The recipe every client trains round ``rnd`` with (the same for every round today;
+        CL's pooled participant gets ``local_steps * num_clients`` steps, see
+        :meth:`Simulation.run`)."""
+        return TrainRecipe(
+            local_steps=self.local_steps,
             batch_size=self.batch_size,
-            optimizer=OptimizerConfig(lr=self.lr, weight_decay=self.weight_decay),
-            seed=seed,
+            optimizer=self.optimizer,  # type: ignore[arg-type]
+            lr=self.lr,
+            weight_decay=self.weight_decay,
+            grad_clip=self.grad_clip,
+            schedule=self.schedule,  # type: ignore[arg-type]
+            warmup_steps=self.warmup_steps,
+            final_lr_fraction=self.final_lr_fraction,
+            image_size=self.image_size,
+            flip=self.flip,
+            seed=self.seed,
+            variance_focus=self.variance_focus,
         )
 
+    def train_config(self, seed: int) -> TrainConfig:
+        """The LocalTrainer settings of a client round trained with ``seed``."""
+        return self.recipe().train_config(seed)
+
     def build_model(self) -> DepthModel:
-        return create_model(self.model, min_depth=self.min_depth, max_depth=self.max_depth)
+        return create_model(
+            self.model,
+            min_depth=self.min_depth,
+            max_depth=self.max_depth,
+            variance_focus=self.variance_focus,
+        )
 
-
-def client_seed(seed: int, rnd: int, cid: str) -> int:
-    """The training seed of one client in one round: independent of execution order."""
-    return int(zlib.crc32(f"{seed}/{rnd}/{cid}".encode()))
+    def pretrain_key(self) -> str:
+        """A short stable hash of every setting the pretrained checkpoint depends on (its cache
+        key: change any of them and the checkpoint is trained anew)."""
+        fields = {
+            k: getattr(self, k)
+            for k in (
+                "model",
+                "image_size",
+                "min_depth",
+                "max_depth",
+                "weight_decay",
+                "pretrain_steps",
+                "pretrain_batch",
+                "pretrain_lr",
+                "pretrain_warmup",
+                "pretrain_threads",
+                "variance_focus",
+                "seed",
+            )
+        }
+        text = json.dumps({**fields, "regime": PRETRAIN_REGIME}, sort_keys=True, default=list)
+        return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
 @dataclass
 class ClientJob:
-    """One client's local round: what an executor needs to run it anywhere."""
+    """One client's local round: what an executor needs to run it anywhere.
+
+    The task carries the recipe (steps, optimizer, input size, flips, base seed); the client
+    trains with the seed derived from it, the round and its id (:func:`client_seed`).
+    """
 
     cid: str
     sequences: list[RGBDSequence]
     task: TrainTask
     memory: dict[str, State]
-    seed: int
-    num_steps: int | None = None  # None: the configured local steps
+    #: the round (keyword-only, so that a job built the old way, with a seed, fails loudly)
+    rnd: int = field(kw_only=True)
 
 
-@dataclass
-class JobResult:
-    update: ClientUpdate
-    memory: dict[str, State]
-    seconds: float
+#: What a client job returns (:class:`fedepth.client.RoundResult`).
+JobResult = RoundResult
 
 
 def run_job(config: SimConfig, job: ClientJob, model: DepthModel | None = None) -> JobResult:
-    """Train one client for one round (the client side of a round, minus the network)."""
-    model = model or config.build_model()
-    dataset = FrameDataset(job.sequences, config.image_size, flip=True, seed=job.seed)
-    train_config = config.train_config(job.seed)
-    if job.num_steps is not None:
-        train_config = replace(train_config, num_steps=job.num_steps)
-    trainer = LocalTrainer(model, config=train_config)
-    hook = make_client_hook(job.task, job.memory)
-    result = trainer.fit(dataset, state=job.task.state, hooks=() if hook is None else (hook,))
-    memory = dict(job.memory)
-    if hook is not None:
-        hook.remember(memory)
-    update = ClientUpdate(
+    """Train one client for one round (the client side of a round, minus the network):
+    :func:`fedepth.client.train_round` with the task's recipe (``config.recipe(rnd)`` for a
+    task without one)."""
+    return train_round(
+        model or config.build_model(),
+        job.task,
+        job.sequences,
         cid=job.cid,
-        state=result.state,
-        num_samples=result.num_samples,
-        num_steps=result.num_steps,
-        extra=dict(result.extra),
-        metrics={"loss": float(np.mean(result.losses))},
+        rnd=job.rnd,
+        memory=job.memory,
+        fallback=config.recipe(job.rnd),
     )
-    return JobResult(update=update, memory=memory, seconds=result.seconds)
 
 
 class Router(Protocol):
@@ -597,16 +651,21 @@ class Simulation:
             disable=not progress,
         )
         for rnd in bar:
+            recipe = cfg.recipe(rnd)
+            if pooled:
+                # CL takes as many steps per round as the whole federation, so the upper bound
+                # sees the same number of gradient steps (and samples) as every federated method.
+                recipe = replace(recipe, local_steps=cfg.local_steps * len(clients))
             t_cfg = time.perf_counter()
-            tasks = strategy.configure_train(rnd, [cid for cid, _ in participants])
+            tasks = {
+                cid: replace(task, recipe=recipe)
+                for cid, task in strategy.configure_train(
+                    rnd, [cid for cid, _ in participants]
+                ).items()
+            }
             configure_s = time.perf_counter() - t_cfg
-            # CL takes as many steps per round as the whole federation, so the upper bound sees
-            # the same number of gradient steps (and samples) as every federated method.
-            steps = cfg.local_steps * len(clients) if pooled else None
             jobs = [
-                ClientJob(
-                    cid, seqs, tasks[cid], memory[cid], client_seed(cfg.seed, rnd, cid), steps
-                )
+                ClientJob(cid, seqs, tasks[cid], memory[cid], rnd=rnd)
                 for cid, seqs in participants
             ]
             t_train = time.perf_counter()
@@ -766,27 +825,37 @@ def pretrain(scenario: Scenario, config: SimConfig, *, progress: bool = True) ->
 
 
 def _pretrain(scenario: Scenario, config: SimConfig, *, progress: bool) -> DepthModel:
+    """One optimizer through the whole run: AdamW with ``pretrain_warmup`` of linear warmup,
+    then a cosine decay to 2 % of ``pretrain_lr`` (a one-cycle shape)."""
     torch.manual_seed(config.seed)
     model = config.build_model()
     dataset = FrameDataset(scenario.pretrain, config.image_size, flip=True, seed=config.seed)
-    chunk = max(1, min(50, config.pretrain_steps))
-    done = 0
-    bar = tqdm(total=config.pretrain_steps, desc="pretrain", unit="step", disable=not progress)
-    while done < config.pretrain_steps:
-        steps = min(chunk, config.pretrain_steps - done)
-        trainer = LocalTrainer(
-            model,
-            config=TrainConfig(
-                num_steps=steps,
-                batch_size=config.pretrain_batch,
-                optimizer=OptimizerConfig(lr=config.pretrain_lr, weight_decay=config.weight_decay),
-                seed=config.seed + done,
+    steps = config.pretrain_steps
+    trainer = LocalTrainer(
+        model,
+        config=TrainConfig(
+            num_steps=steps,
+            batch_size=config.pretrain_batch,
+            optimizer=OptimizerConfig(
+                lr=config.pretrain_lr,
+                weight_decay=config.weight_decay,
+                schedule="cosine",
+                warmup_steps=min(round(config.pretrain_warmup * steps), steps - 1),
+                final_lr_fraction=0.02,
             ),
-        )
-        result = trainer.fit(dataset)
-        done += steps
-        bar.update(steps)
-        bar.set_postfix(loss=f"{np.mean(result.losses):.3f}")
+            seed=config.seed,
+        ),
+    )
+    bar = tqdm(total=steps, desc="pretrain", unit="step", disable=not progress)
+    recent: list[float] = []
+
+    def on_step(step: int, loss: float) -> None:
+        recent.append(loss)
+        bar.update(1)
+        if (step + 1) % 25 == 0 or step + 1 == steps:
+            bar.set_postfix(loss=f"{np.mean(recent[-25:]):.3f}")
+
+    trainer.fit(dataset, on_step=on_step)
     bar.close()
     model.eval()
     return model

@@ -10,15 +10,17 @@ supported, else float16 with loss scaling) is used when present, CPU otherwise.
 The trainer talks to the model only through the shared contract ``forward_train(rgb)`` and
 ``loss(out, gt, valid)``, and to FL algorithms only through :class:`TrainHook`. The optimizer
 is created afresh every :meth:`LocalTrainer.fit` (local optimizer state does not persist across
-rounds). BatchNorm layers train in train mode, so their running statistics move with the local
-data and travel in the returned state (see ``fedepth.models.state``).
+rounds), and its learning-rate schedule (:class:`OptimizerConfig`) runs over that fit's steps.
+BatchNorm layers train in train mode, so their running statistics move with the local data and
+travel in the returned state (see ``fedepth.models.state``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -34,15 +36,67 @@ from fedepth.models.state import State, get_state, set_state
 ExtraStates = dict[str, dict[str, np.ndarray]]
 
 
+#: Optimizer names of :class:`OptimizerConfig`.
+OPTIMIZERS = ("adamw", "adam", "sgd")
+#: Learning-rate schedules within one local round (see :meth:`OptimizerConfig.step_lrs`).
+SCHEDULES = ("constant", "cosine")
+
+
 @dataclass(frozen=True)
 class OptimizerConfig:
-    """Optimizer settings: AdamW by default; ``grad_clip`` is a max global gradient norm."""
+    """Optimizer settings: AdamW by default; ``grad_clip`` is a max global gradient norm.
+
+    ``schedule`` shapes the learning rate over the local steps of ONE round (every round, and
+    every :meth:`LocalTrainer.fit`, starts again from the top): ``constant`` keeps ``lr``;
+    ``cosine`` decays it from ``lr`` to ``lr * final_lr_fraction`` at the last step. The first
+    ``warmup_steps`` steps ramp linearly up to ``lr`` before that (see :meth:`step_lrs`). The
+    defaults (constant, no warmup) leave the learning rate alone.
+    """
 
     name: Literal["adamw", "adam", "sgd"] = "adamw"
     lr: float = 1e-4
     weight_decay: float = 1e-2
     momentum: float = 0.0
     grad_clip: float | None = 1.0
+    schedule: Literal["constant", "cosine"] = "constant"
+    warmup_steps: int = 0
+    final_lr_fraction: float = 0.1
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether the learning rate changes during a round (False: always ``lr``)."""
+        return self.schedule != "constant" or self.warmup_steps > 0
+
+    def step_lrs(self, num_steps: int) -> list[float]:
+        """The learning rate of each of ``num_steps`` local steps.
+
+        Warmup step ``i < W`` (``W = warmup_steps``) gets ``lr * (i + 1) / (W + 1)``, so no step
+        is wasted at 0 and step ``W`` is the first at ``lr``. After it, ``constant`` stays at
+        ``lr``; ``cosine`` follows ``lr * (f + (1 - f) * (1 + cos(pi * t)) / 2)`` with ``t``
+        going from 0 at step ``W`` to 1 at the last step (``f = final_lr_fraction``), so the
+        last step runs at exactly ``lr * f`` (a single post-warmup step runs at ``lr``).
+        """
+        if num_steps <= 0:
+            raise ValueError(f"num_steps must be > 0, got {num_steps}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r}; known: {', '.join(SCHEDULES)}")
+        w = self.warmup_steps
+        if w < 0 or w >= num_steps:
+            raise ValueError(
+                f"warmup_steps must lie in [0, num_steps) = [0, {num_steps}), got {w}"
+            )
+        if not 0.0 <= self.final_lr_fraction <= 1.0:
+            raise ValueError(f"final_lr_fraction must lie in [0, 1], got {self.final_lr_fraction}")
+        lrs = [self.lr * (i + 1) / (w + 1) for i in range(w)]
+        decay = num_steps - w
+        for j in range(decay):
+            if self.schedule == "constant" or decay == 1:
+                lrs.append(self.lr)
+                continue
+            t = j / (decay - 1)
+            f = self.final_lr_fraction
+            lrs.append(self.lr * (f + (1.0 - f) * 0.5 * (1.0 + math.cos(math.pi * t))))
+        return lrs
 
     def build(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
         if self.lr <= 0:
@@ -55,7 +109,7 @@ class OptimizerConfig:
             return torch.optim.SGD(
                 params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay
             )
-        raise ValueError(f"unknown optimizer {self.name!r}; known: adamw, adam, sgd")
+        raise ValueError(f"unknown optimizer {self.name!r}; known: {', '.join(OPTIMIZERS)}")
 
 
 @dataclass(frozen=True)
@@ -95,7 +149,9 @@ class TrainHook(Protocol):
     """The points at which an FL algorithm acts on local training.
 
     * ``on_train_start(model, lr=, num_steps=)``: the model holds the downloaded (global)
-      weights; snapshot what the algorithm needs.
+      weights; snapshot what the algorithm needs. ``lr`` is the mean learning rate of the
+      round's steps (exactly the configured ``lr`` under a constant schedule without warmup),
+      so ``num_steps * lr`` is the total step size SCAFFOLD's control update divides by.
     * ``regularizer(model)``: a scalar tensor added to the loss at every step, or ``None``.
     * ``after_backward(model)``: after gradients are computed (and unscaled), before clipping
       and the optimizer step; may modify ``p.grad`` (gradient correction).
@@ -168,6 +224,8 @@ class LocalTrainer:
         self.config = config or TrainConfig()
         if self.config.num_steps <= 0 or self.config.batch_size <= 0:
             raise ValueError("num_steps and batch_size must be > 0")
+        #: the learning rate of every local step (validates the schedule)
+        self.step_lrs = self.config.optimizer.step_lrs(self.config.num_steps)
         dev = self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.device = torch.device(dev)
         self.model = model.to(self.device)
@@ -223,10 +281,13 @@ class LocalTrainer:
         state: State | None = None,
         hooks: Sequence[TrainHook] = (),
         seed: int | None = None,
+        on_step: Callable[[int, float], None] | None = None,
     ) -> TrainResult:
         """One local round: load ``state`` (if given), run ``num_steps`` steps, return the result.
 
         ``seed`` (default: the config's) fixes batch order and any randomness in the model.
+        ``on_step(step, loss)``, when given, is called after every optimizer step (step index
+        from 0, the optimised objective), e.g. to show the progress of a long fit.
         """
         cfg = self.config
         seed = cfg.seed if seed is None else seed
@@ -239,7 +300,7 @@ class LocalTrainer:
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
             batches, size = self._batches(dataset, seed)
-            losses, sums = self._run(model, batches, hooks)
+            losses, sums = self._run(model, batches, hooks, on_step)
         extra: ExtraStates = {}
         for hook in hooks:
             extra.update(hook.on_train_end(model, cfg.num_steps))
@@ -257,19 +318,29 @@ class LocalTrainer:
         )
 
     def _run(
-        self, model: DepthModel, batches: Iterator[Any], hooks: Sequence[TrainHook]
+        self,
+        model: DepthModel,
+        batches: Iterator[Any],
+        hooks: Sequence[TrainHook],
+        on_step: Callable[[int, float], None] | None = None,
     ) -> tuple[list[float], dict[str, float]]:
         cfg = self.config
         params = trainable_parameters(model)
         optimizer = cfg.optimizer.build(params.values())
         scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        scheduled = cfg.optimizer.scheduled
+        # constant without warmup: the optimizer keeps its lr (bit-identical to no schedule)
+        mean_lr = sum(self.step_lrs) / cfg.num_steps if scheduled else cfg.optimizer.lr
         for hook in hooks:
-            hook.on_train_start(model, lr=cfg.optimizer.lr, num_steps=cfg.num_steps)
+            hook.on_train_start(model, lr=mean_lr, num_steps=cfg.num_steps)
         model.train()
         losses: list[float] = []
         sums: dict[str, float] = {}
         for step in range(cfg.num_steps):
             rgb, gt = self._to_device(next(batches))
+            if scheduled:
+                for group in optimizer.param_groups:
+                    group["lr"] = self.step_lrs[step]
             optimizer.zero_grad(set_to_none=True)
             autocast = (
                 torch.autocast(device_type="cuda", dtype=self.amp_dtype)
@@ -300,6 +371,8 @@ class LocalTrainer:
             losses.append(float(total.detach()))
             for k, v in terms.items():
                 sums[k] = sums.get(k, 0.0) + v
+            if on_step is not None:
+                on_step(step, losses[-1])
         return losses, sums
 
 

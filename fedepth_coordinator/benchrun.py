@@ -2,14 +2,16 @@
 
 :class:`GrpcBench` runs the methods of one prepared :class:`~fedepth.sim.Fleet` the way a fleet
 would: for each method it starts ``fedepth-coordinator`` as a child process (loopback, port 0,
-a fresh SQLite state directory, the strategy and initial weights the in-process run uses, every
-robot selected every round, quorum = all robots, no deadline), and every client of the scenario
-is a robot in its own OS process (``python -m fedepth_coordinator.benchrun``). A robot
-registers with its labels and sample count, uploads the descriptor (and PACFL basis) the
-parent computed once in :func:`~fedepth.sim.prepare_fleet`, then for every round downloads
-its model, trains it with :func:`fedepth.sim.run_job` (the function the in-process executors
-run, same seed, same hook memory kept by the robot) and uploads the update with its extra
-state. Robot processes are started once and take part in each method's run in turn.
+a fresh SQLite state directory, the strategy and initial weights the in-process run uses, the
+``SimConfig``'s training recipe as its ``training`` section, every robot selected every round,
+quorum = all robots, no deadline), and every client of the scenario is a robot in its own OS
+process (``python -m fedepth_coordinator.benchrun``). A robot registers with its labels and
+sample count, uploads the descriptor (and PACFL basis) the parent computed once in
+:func:`~fedepth.sim.prepare_fleet`, then for every round downloads its task (the model and the
+recipe, over the wire), trains it with :func:`fedepth.sim.run_job` (so
+:func:`fedepth.client.train_round`, the function every client runs; same seed, same hook memory
+kept by the robot) and uploads the update with its extra state. Robot processes are started
+once and take part in each method's run in turn.
 
 Evaluation asks the coordinator: each test sequence's descriptor goes through ``Route`` (as an
 operator principal) and the routed model is scored by :meth:`fedepth.sim.Simulation.evaluate`,
@@ -56,7 +58,6 @@ from fedepth.sim import (
     RoundRecord,
     SimConfig,
     Simulation,
-    client_seed,
     config_dict,
     final_metrics,
     run_job,
@@ -373,6 +374,12 @@ class GrpcBench:
             (sum(np.asarray(v).nbytes for v in i.extra.values()) for i in self.fleet.infos),
             default=0,
         )
+        recipes = {self.config.recipe(r) for r in range(self.config.rounds)}
+        if len(recipes) != 1:
+            raise ValueError(
+                "the coordinator sends one training recipe for every round; this SimConfig's "
+                "recipe changes between rounds"
+            )
         return config_from_dict(
             {
                 "server": {
@@ -392,6 +399,7 @@ class GrpcBench:
                     "seed": self.config.seed,
                 },
                 "strategy": {"name": method, "params": dict(params)},
+                "training": recipes.pop().to_dict(),
                 "model": {"initial_weights": str(self.workdir / "initial.safetensors")},
                 "validation": {
                     "max_descriptor_dim": max([8192, *dims]),
@@ -710,8 +718,12 @@ class _RobotSession:
         if rnd - 1 in self.gates:  # the parent evaluates round rnd - 1 first
             self.parent.wait_for(self.workdir / "gates" / f"{self.index:03d}-{rnd - 1}")
         gate_s = time.perf_counter() - t0
-        seed = client_seed(self.config.seed, rnd, self.cid)
-        job = ClientJob(self.cid, self.sequences, task, self.memory, seed)
+        if task.recipe != self.config.recipe(rnd):  # the in-process run's, over the wire
+            raise BenchRunError(
+                f"robot {self.rid}, round {rnd}: the coordinator sent the training recipe "
+                f"{task.recipe}, the in-process run trains with {self.config.recipe(rnd)}"
+            )
+        job = ClientJob(self.cid, self.sequences, task, self.memory, rnd=rnd)
         res = run_job(self.config, job, self.model)
         self.memory = res.memory  # the robot keeps its hook state (SCAFFOLD c_i, FedDyn g_i)
         up = res.update

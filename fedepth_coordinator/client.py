@@ -245,7 +245,8 @@ class CoordinatorClient:
                 return plan
 
     def download_model(self, round: int = 0, *, latest: bool = False) -> DownloadedModel:
-        """This robot's task for ``round``, or with ``latest`` its current model."""
+        """This robot's task for ``round`` (with the run's training recipe), or with ``latest``
+        its current model (no recipe)."""
         req = pb.DownloadModelRequest(robot_id=self.robot_id, round=round, latest=latest)
         with self._call("DownloadModel"):
             stream = self._download(
@@ -261,6 +262,7 @@ class CoordinatorClient:
             hook=header.hook,
             hook_params=dict(header.hook_params),
             hook_state=dict(groups.items()),
+            recipe=header.recipe,
         )
         return DownloadedModel(header.round, task)
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from fedepth.recipe import TrainRecipe
+
 
 class ConfigError(ValueError):
     """The configuration is invalid; the message names the key and says what is expected."""
@@ -92,6 +94,42 @@ class StrategyConfig:
     params: Mapping[str, Any] = field(default_factory=lambda: {"overlap": 0.2})
 
 
+_RECIPE = TrainRecipe()  # the defaults of the training section (those of fedepth.sim.SimConfig)
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """How every robot trains every round: sent with each task (fedepth.recipe.TrainRecipe)."""
+
+    #: Optimizer steps per robot per round, of batch_size frames (whatever its data size).
+    local_steps: int = _RECIPE.local_steps
+    batch_size: int = _RECIPE.batch_size
+    #: adamw | adam | sgd (momentum applies to sgd only).
+    optimizer: str = _RECIPE.optimizer
+    lr: float = _RECIPE.lr
+    weight_decay: float = _RECIPE.weight_decay
+    momentum: float = _RECIPE.momentum
+    #: Max global gradient norm; null: no clipping.
+    grad_clip: float | None = _RECIPE.grad_clip
+    #: Learning-rate schedule within a round: constant | cosine (to lr * final_lr_fraction at
+    #: the last local step), after warmup_steps of linear warmup.
+    schedule: str = _RECIPE.schedule
+    warmup_steps: int = _RECIPE.warmup_steps
+    final_lr_fraction: float = _RECIPE.final_lr_fraction
+    #: [height, width] frames are resized to for training.
+    image_size: tuple[int, int] = _RECIPE.image_size
+    #: Left-right flip augmentation.
+    flip: bool = _RECIPE.flip
+    #: Base seed of the robots' training seeds (robot R, round N: crc32("seed/N/R")).
+    seed: int = _RECIPE.seed
+    #: Lambda of the SILog loss; null: the model's own (0.85).
+    variance_focus: float | None = _RECIPE.variance_focus
+
+    def recipe(self) -> TrainRecipe:
+        """The :class:`~fedepth.recipe.TrainRecipe` of this section (raises ValueError)."""
+        return TrainRecipe.from_dict(dataclasses.asdict(self))
+
+
 @dataclass(frozen=True)
 class SyntheticModelConfig:
     #: Number of float32 tensors and their total size, for trying the service end to end.
@@ -134,6 +172,7 @@ class CoordinatorConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     rounds: RoundsConfig = field(default_factory=RoundsConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     state: StateConfig = field(default_factory=StateConfig)
@@ -188,6 +227,10 @@ def _check(c: CoordinatorConfig) -> None:
     )
     need(v.max_extra_groups >= 0, "validation.max_extra_groups", "must be >= 0")
     need(c.model.synthetic.size_mb > 0, "model.synthetic.size_mb", "must be > 0")
+    try:
+        c.training.recipe()
+    except ValueError as exc:
+        raise ConfigError(f"training: {str(exc).removeprefix('TrainRecipe: ')}") from None
     need(c.model.synthetic.num_tensors >= 1, "model.synthetic.num_tensors", "must be >= 1")
 
 
@@ -204,6 +247,12 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
         return _build(tp, value, key)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, list | tuple) or len(value) != len(args):
+            raise ConfigError(f"{key}: expected a list of {len(args)} values, got {value!r}")
+        items = enumerate(zip(args, value, strict=True))
+        return tuple(_convert(a, v, f"{key}[{i}]") for i, (a, v) in items)
     if origin is not None and issubclass(origin, Mapping):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
@@ -290,6 +339,7 @@ def load_config(
 
 def to_dict(config: CoordinatorConfig) -> dict[str, Any]:
     out: dict[str, Any] = dataclasses.asdict(config)
+    out["training"]["image_size"] = list(config.training.image_size)
     return out
 
 

@@ -13,6 +13,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from fedepth.recipe import TrainRecipe
 from fedepth_coordinator.tensors import Layout, iter_chunks
 
 
@@ -58,15 +59,18 @@ class RoundPlan:
 
 @dataclass(frozen=True)
 class ModelHeader:
-    """What precedes a model download: the round, the client hook and the tensor layout.
+    """What precedes a model download: the round, the client hook, the training recipe and the
+    tensor layout.
 
     Group ``state`` is the model; any further groups are the hook's state (by name).
+    ``recipe`` is None for a latest-model download (nothing to train).
     """
 
     round: int
     layout: Layout
     hook: str | None = None
     hook_params: Mapping[str, float] = field(default_factory=dict)
+    recipe: TrainRecipe | None = None
 
 
 @dataclass

@@ -5,8 +5,9 @@
 - robots register and send descriptors; once ``rounds.min_robots`` are ready the strategy is
   initialized with them (sorted by id) and round 0 opens. A robot that becomes ready later is
   placed by ``strategy.add_client`` (FeDepth routes its descriptor).
-- a round selects members (seeded fraction), serves each one ``configure_train``'s task, and
-  closes when every selected robot reported, or when a quorum has and the deadline passed.
+- a round selects members (seeded fraction), serves each one ``configure_train``'s task with
+  the run's training recipe (config section ``training``), and closes when every selected
+  robot reported, or when a quorum has and the deadline passed.
 - an upload is checked against the robot's task (names, shapes, dtypes, finite values, optional
   norm bound) while it streams into a blob; only then is it recorded. Aggregation reads the
   spilled blobs tensor by tensor, so memory does not grow with the number of updates.
@@ -145,6 +146,8 @@ class Coordinator:
         self.config = config
         self.store = store
         self.clock = clock
+        #: how every robot trains every round (config section ``training``)
+        self._recipe = config.training.recipe()
         #: builds the strategy (default: ``create_strategy`` with the config's name and params)
         self.strategy_factory = strategy_factory
         #: the starting model until the run starts (then only in its blob), and its tensor order
@@ -483,7 +486,9 @@ class Coordinator:
         return RoundRecord(number, selected, now, now + self.config.rounds.deadline_s)
 
     def _task(self, rnd: int, robot_id: str) -> TrainTask:
-        return self._require_strategy().configure_train(rnd, [robot_id])[robot_id]
+        """The strategy's task for the robot, with the run's training recipe."""
+        task = self._require_strategy().configure_train(rnd, [robot_id])[robot_id]
+        return replace(task, recipe=self._recipe)
 
     @staticmethod
     def _task_groups(task: TrainTask) -> dict[str, Mapping[str, np.ndarray]]:
@@ -557,7 +562,9 @@ class Coordinator:
                 r = self._open_round_for(robot_id, rnd)
                 task = self._task(r.round, robot_id)
         groups = self._task_groups(task)
-        header = ModelHeader(rnd, Layout.of(groups), task.hook, dict(task.hook_params))
+        header = ModelHeader(
+            rnd, Layout.of(groups), task.hook, dict(task.hook_params), recipe=task.recipe
+        )
         return ModelStream(header, self._payload(list(groups.values())))
 
     def _open_round_for(self, robot_id: str, rnd: int) -> RoundRecord:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from fedepth.descriptor import Descriptor
+from fedepth.recipe import TrainRecipe
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
 from fedepth_coordinator.domain import (
     ClusterMap,
@@ -129,6 +130,52 @@ def descriptor_from_pb(msg: pb.Descriptor) -> Descriptor:
         raise InvalidArgumentError(f"invalid descriptor: {exc}") from exc
 
 
+# -- training recipe ----------------------------------------------------------------------------
+def recipe_to_pb(r: TrainRecipe) -> pb.TrainRecipe:
+    msg = pb.TrainRecipe(
+        local_steps=r.local_steps,
+        batch_size=r.batch_size,
+        optimizer=r.optimizer,
+        lr=r.lr,
+        weight_decay=r.weight_decay,
+        momentum=r.momentum,
+        schedule=r.schedule,
+        warmup_steps=r.warmup_steps,
+        final_lr_fraction=r.final_lr_fraction,
+        image_height=r.image_size[0],
+        image_width=r.image_size[1],
+        flip=r.flip,
+        seed=r.seed,
+    )
+    if r.grad_clip is not None:
+        msg.grad_clip = r.grad_clip
+    if r.variance_focus is not None:
+        msg.variance_focus = r.variance_focus
+    return msg
+
+
+def recipe_from_pb(msg: pb.TrainRecipe) -> TrainRecipe:
+    try:
+        return TrainRecipe(
+            local_steps=int(msg.local_steps),
+            batch_size=int(msg.batch_size),
+            optimizer=msg.optimizer,  # type: ignore[arg-type]
+            lr=msg.lr,
+            weight_decay=msg.weight_decay,
+            momentum=msg.momentum,
+            grad_clip=msg.grad_clip if msg.HasField("grad_clip") else None,
+            schedule=msg.schedule,  # type: ignore[arg-type]
+            warmup_steps=int(msg.warmup_steps),
+            final_lr_fraction=msg.final_lr_fraction,
+            image_size=(int(msg.image_height), int(msg.image_width)),
+            flip=bool(msg.flip),
+            seed=int(msg.seed),
+            variance_focus=msg.variance_focus if msg.HasField("variance_focus") else None,
+        )
+    except ValueError as exc:
+        raise InvalidArgumentError(f"invalid training recipe: {exc}") from exc
+
+
 # -- answers ------------------------------------------------------------------------------------
 def registration_to_pb(r: Registration) -> pb.RegisterReply:
     return pb.RegisterReply(phase=_PHASES[r.phase], member=r.member)
@@ -177,7 +224,7 @@ def plan_from_pb(msg: pb.RoundPlan) -> RoundPlan:
 
 def model_header_to_pb(h: ModelHeader) -> pb.DownloadHeader:
     state, hook_state = layout_to_pb(h.layout)
-    return pb.DownloadHeader(
+    msg = pb.DownloadHeader(
         round=h.round,
         hook=h.hook or "",
         hook_params=dict(h.hook_params),
@@ -185,6 +232,9 @@ def model_header_to_pb(h: ModelHeader) -> pb.DownloadHeader:
         hook_state=hook_state,
         total_bytes=h.layout.total_bytes,
     )
+    if h.recipe is not None:
+        msg.recipe.CopyFrom(recipe_to_pb(h.recipe))
+    return msg
 
 
 def model_header_from_pb(msg: pb.DownloadHeader) -> ModelHeader:
@@ -194,7 +244,8 @@ def model_header_from_pb(msg: pb.DownloadHeader) -> ModelHeader:
             f"download header announces {msg.total_bytes} bytes, its tensors take "
             f"{layout.total_bytes}"
         )
-    return ModelHeader(msg.round, layout, msg.hook or None, dict(msg.hook_params))
+    recipe = recipe_from_pb(msg.recipe) if msg.HasField("recipe") else None
+    return ModelHeader(msg.round, layout, msg.hook or None, dict(msg.hook_params), recipe)
 
 
 def update_header_to_pb(h: UpdateHeader) -> pb.UploadHeader:

@@ -1,32 +1,33 @@
 """The robot's federated client without ROS: descriptor and local rounds over its frame buffer.
 
 :class:`BufferLearner` is what ``robot_node``'s worker thread runs: the descriptor of sampled
-buffered frames (frozen encoder -> GeM -> mean/variance), and per round the same steps as
-:func:`fedepth.sim.run_job` (LocalTrainer + the strategy's client hook with its memory) on the
-frames buffered so far. :class:`DepthPredictor` is the live inference of ``depth_node``.
+buffered frames (frozen encoder -> GeM -> mean/variance), and per round
+:func:`fedepth.client.train_round` (the function every simulated and benchmark client runs) on
+the frames buffered so far, with the training recipe the coordinator sent in the task.
+:class:`DepthPredictor` is the live inference of ``depth_node``.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
+from fedepth.client import train_round
 from fedepth.clustering import subspace_basis
 from fedepth.data.sequence import Frame
 from fedepth.data.torchdata import resize_frame
 from fedepth.descriptor import Descriptor, DescriptorExtractor, image_to_tensor
 from fedepth.models import DepthModel, create_model, load_weights, set_state
-from fedepth.strategies import ClientUpdate, TrainTask, make_client_hook
+from fedepth.recipe import TrainRecipe
+from fedepth.strategies import ClientUpdate, TrainTask
 from fedepth.strategies.aggregate import State
 from fedepth.strategies.pacfl import BASIS_KEY
-from fedepth.training import LocalTrainer, OptimizerConfig, TrainConfig
 from fedepth_ros.drift import window_descriptor
 from fedepth_ros.sync import FrameBuffer
 
@@ -64,26 +65,18 @@ def build_model(name: str, min_depth: float, max_depth: float, weights: str = ""
     return model
 
 
-class FramesDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """Buffered frames as (rgb, depth) training pairs, resized to ``size`` (None: as taken)."""
-
-    def __init__(self, frames: Sequence[Frame], size: tuple[int, int] | None) -> None:
-        if not frames:
-            raise ValueError("no frames to train on")
-        self.frames = frames
-        self.size = size
-
-    def __len__(self) -> int:
-        return len(self.frames)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        frame = self.frames[index]
-        return resize_frame(frame, self.size or frame.size)
+log = logging.getLogger(__name__)
 
 
 @dataclass
 class LearnerConfig:
-    """The training settings of a robot (robot_node parameters)."""
+    """A robot's learner settings (robot_node parameters).
+
+    Local to the robot: ``device``, ``descriptor_frames`` and ``image_size``, the input size of
+    the descriptor (None: frames as taken). ``local_steps``, ``batch_size``, ``learning_rate``
+    (and ``image_size``, ``seed``) are only the FALLBACK recipe, for a coordinator that sends
+    none (:meth:`fallback_recipe`); a task's recipe always wins.
+    """
 
     local_steps: int = 50
     batch_size: int = 4
@@ -92,6 +85,17 @@ class LearnerConfig:
     image_size: tuple[int, int] | None = None
     device: str = "auto"
     seed: int = 0
+
+    def fallback_recipe(self, frame_size: tuple[int, int]) -> TrainRecipe:
+        """The recipe of a round whose task has none: these settings, the recipe's defaults
+        otherwise, at ``image_size`` (None: ``frame_size``, the buffered frames' size)."""
+        return TrainRecipe(
+            local_steps=self.local_steps,
+            batch_size=self.batch_size,
+            lr=self.learning_rate,
+            image_size=self.image_size or frame_size,
+            seed=self.seed,
+        )
 
 
 @dataclass
@@ -105,13 +109,25 @@ class LearnerState:
     descriptor_frames: int = 0
     phase: str = "buffering"
     history: list[int] = field(default_factory=list)
+    #: where the last round's recipe came from: "coordinator", "local" (fallback), None yet
+    recipe: str | None = None
 
 
 class BufferLearner:
-    """One robot's client side: descriptor and local rounds on the frames of a buffer."""
+    """One robot's client side: descriptor and local rounds on the frames of a buffer.
+
+    ``warn`` receives the one warning a learner gives when a coordinator sends no recipe
+    (default: this module's logger; ``robot_node`` passes its ROS logger).
+    """
 
     def __init__(
-        self, robot_id: str, model: DepthModel, buffer: FrameBuffer, config: LearnerConfig
+        self,
+        robot_id: str,
+        model: DepthModel,
+        buffer: FrameBuffer,
+        config: LearnerConfig,
+        *,
+        warn: Callable[[str], object] | None = None,
     ) -> None:
         self.robot_id = robot_id
         self.model = model
@@ -123,6 +139,8 @@ class BufferLearner:
         self._lock = threading.Lock()
         self._state = LearnerState()
         self._rng = np.random.default_rng(config.seed)
+        self._warn = warn or log.warning
+        self._warned = False
 
     @property
     def state(self) -> LearnerState:
@@ -164,40 +182,44 @@ class BufferLearner:
         return descriptor
 
     def train(self, rnd: int, task: TrainTask) -> ClientUpdate:
-        """One federated round: the downloaded task trained on the buffered frames."""
+        """One federated round: the downloaded task trained on the buffered frames (oldest
+        first) with :func:`fedepth.client.train_round`, the task's recipe and this robot's id
+        for the seed; the fallback recipe (with one warning) when the task has none."""
         self._update(round=rnd, phase="training")
         frames = self._frames(len(self.buffer))
-        dataset = FramesDataset(frames, self.config.image_size)
-        seed = self.config.seed + rnd
-        train_config = TrainConfig(
-            num_steps=self.config.local_steps,
-            batch_size=min(self.config.batch_size, len(dataset)),
-            optimizer=OptimizerConfig(lr=self.config.learning_rate),
-            seed=seed,
+        if not frames:
+            raise ValueError("the frame buffer is empty: nothing to train on")
+        fallback = None
+        if task.recipe is None:
+            fallback = self.config.fallback_recipe(frames[0].size)
+            if not self._warned:
+                self._warned = True
+                self._warn(
+                    f"robot {self.robot_id}: the coordinator sent no training recipe; training "
+                    f"with the local fallback (local_steps={fallback.local_steps}, batch_size="
+                    f"{fallback.batch_size}, learning_rate={fallback.lr:g}, image_size="
+                    f"{fallback.image_size[0]}x{fallback.image_size[1]})"
+                )
+        result = train_round(
+            self.model,
+            task,
+            frames,
+            cid=self.robot_id,
+            rnd=rnd,
+            memory=self.memory,
+            fallback=fallback,
             device=str(self.device),
         )
-        trainer = LocalTrainer(self.model, config=train_config)
-        hook = make_client_hook(task, self.memory)
-        start = time.perf_counter()
-        result = trainer.fit(dataset, state=task.state, hooks=() if hook is None else (hook,))
-        if hook is not None:
-            hook.remember(self.memory)
-        loss = float(np.mean(result.losses))
+        self.memory = result.memory
         self._update(
             rounds_done=self.state.rounds_done + 1,
-            last_loss=loss,
-            last_train_s=time.perf_counter() - start,
+            last_loss=result.update.metrics["loss"],
+            last_train_s=result.seconds,
             phase="uploading",
             history=[*self.state.history, rnd],
+            recipe="local" if fallback is not None else "coordinator",
         )
-        return ClientUpdate(
-            cid=self.robot_id,
-            state=result.state,
-            num_samples=result.num_samples,
-            num_steps=result.num_steps,
-            extra=dict(result.extra),
-            metrics={"loss": loss},
-        )
+        return result.update
 
     def set_phase(self, phase: str) -> None:
         self._update(phase=phase)

@@ -41,12 +41,19 @@ ROBOT_NODE: ParamSpec = {
     "spill_dir": ("", "directory for frames evicted from memory ('' = no spill)"),
     "spill_size": (0, "frames kept on disk when spilling"),
     "descriptor_frames": (32, "frames sampled for the client descriptor"),
-    "local_steps": (50, "optimizer steps per federated round"),
-    "batch_size": (4, "frames per optimizer step"),
-    "learning_rate": (0.0001, "local optimizer learning rate"),
+    "local_steps": (
+        50,
+        "optimizer steps per round, only if the coordinator sends no training recipe",
+    ),
+    "batch_size": (4, "frames per step, only if the coordinator sends no training recipe"),
+    "learning_rate": (
+        0.0001,
+        "learning rate, only if the coordinator sends no training recipe",
+    ),
     "train_height": (
         0,
-        "frames are resized to train_height x train_width for training (0 = as received)",
+        "descriptor input is train_height x train_width (0 = as received); also the training "
+        "size if the coordinator sends no training recipe",
     ),
     "train_width": (0, "see train_height"),
     "device": ("auto", "auto | cpu | cuda | cuda:N"),

@@ -5,8 +5,12 @@ sensor-data QoS; pairs image and depth by stamp (:class:`~fedepth_ros.sync.PairS
 bounded :class:`~fedepth_ros.sync.FrameBuffer`. A worker thread waits for
 ``descriptor_frames`` frames, sends the descriptor and then runs
 :func:`fedepth_coordinator.robot.run_robot` with :class:`~fedepth_ros.learner.BufferLearner`
-as its training function. State goes out on ``fedepth/status`` (std_msgs/String, JSON) and
-``/diagnostics`` every ``status_period`` s. Parameters: ``config/robot.yaml``, e.g.
+as its training function: every round trains with the recipe the coordinator sends in the task
+(steps, batch, optimizer, learning rate and schedule, input size, flips, seed); the
+``local_steps``, ``batch_size``, ``learning_rate`` and ``train_height``/``train_width``
+parameters are used only when it sends none (with one warning). State goes out on
+``fedepth/status`` (std_msgs/String, JSON) and ``/diagnostics`` every ``status_period`` s.
+Parameters: ``config/robot.yaml``, e.g.
 
     robot_node --ros-args --params-file config/robot.yaml -p robot_id:=robot-01 \\
         -p token_file:=robot-01.token -r __ns:=/robot1
@@ -88,6 +92,7 @@ class RobotNode(WorkerNode):
                     image_size=size,
                     device=str(p["device"]),
                 ),
+                warn=self.get_logger().warning,
             )
         except (ValueError, OSError, KeyError) as exc:
             raise NodeConfigError(f"robot_node {self.robot_id}: {exc}") from None
@@ -249,6 +254,7 @@ class RobotNode(WorkerNode):
             "rounds_done": st.rounds_done,
             "last_loss": st.last_loss,
             "last_train_s": st.last_train_s,
+            "recipe": st.recipe,
             "buffer": {
                 "size": buf.size,
                 "capacity": buf.capacity,

@@ -251,7 +251,7 @@ def test_pretrain_does_not_depend_on_the_callers_thread_count(scenario: Scenario
     assert _states_equal(states[0], states[1])
 
 
-def test_pretrain_threads_name_their_own_cache_entry(
+def test_pretraining_settings_name_their_own_cache_entry(
     scenario: Scenario, smoke_hpe: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     spec = BenchSpec(
@@ -265,9 +265,12 @@ def test_pretrain_threads_name_their_own_cache_entry(
         progress=False,
     )
     path = ensure_weights(spec, scenario)
-    assert path.name.endswith("-2steps-lr0.001-s0-t1.safetensors")
+    assert path.name.endswith(f"-2steps-s0-{spec.sim.pretrain_key()}.safetensors")
     default = ensure_weights(replace(spec, sim=replace(spec.sim, pretrain_threads=2)), scenario)
-    assert default.name.endswith("-2steps-lr0.001-s0.safetensors")
+    assert default != path and default.is_file() and path.is_file()
+    # every setting the checkpoint depends on is in its cache key
+    for change in ({"pretrain_lr": 2e-3}, {"pretrain_warmup": 0.2}, {"pretrain_batch": 4}):
+        assert replace(spec.sim, **change).pretrain_key() != spec.sim.pretrain_key()  # type: ignore[arg-type]
     with pytest.raises(SystemExit):
         main(["pretrain", "--scenario", "hpe", "--threads", "0", "--out", str(tmp_path / "w")])
     assert "--threads: 0 must be >= 1" in capsys.readouterr().err

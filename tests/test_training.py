@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -220,3 +222,112 @@ def test_cuda_mixed_precision_round() -> None:
     result = trainer.fit(_images(2))
     assert all(np.isfinite(result.losses))
     assert all(v.dtype != np.float16 for v in result.state.values())
+
+
+# -- learning-rate schedule within a round ------------------------------------------------------
+def test_step_lrs_constant_cosine_and_warmup() -> None:
+    assert OptimizerConfig(lr=0.1).step_lrs(4) == [0.1] * 4
+    cos = OptimizerConfig(lr=1.0, schedule="cosine", final_lr_fraction=0.1).step_lrs(5)
+    expected = [0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * j / 4)) for j in range(5)]
+    assert cos == pytest.approx(expected, rel=1e-12)
+    assert cos[0] == 1.0 and cos[-1] == pytest.approx(0.1, rel=1e-12)
+    assert all(a > b for a, b in itertools.pairwise(cos))  # strictly decreasing
+    warm = OptimizerConfig(lr=1.0, warmup_steps=3).step_lrs(5)
+    assert warm == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0], rel=1e-12)
+    both = OptimizerConfig(lr=2.0, schedule="cosine", warmup_steps=1, final_lr_fraction=0.0)
+    assert both.step_lrs(4) == pytest.approx([1.0, 2.0, 1.0, 0.0], abs=1e-12)
+    # one step after the warmup runs at lr; a one-step round at lr whatever the schedule
+    assert OptimizerConfig(lr=1.0, schedule="cosine", warmup_steps=1).step_lrs(2) == [0.5, 1.0]
+    assert OptimizerConfig(lr=1.0, schedule="cosine").step_lrs(1) == [1.0]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"schedule": "linear"}, "unknown schedule 'linear'"),
+        ({"warmup_steps": 3}, r"warmup_steps must lie in \[0, num_steps\)"),
+        ({"warmup_steps": -1}, "warmup_steps must lie"),
+        ({"final_lr_fraction": 1.5}, r"final_lr_fraction must lie in \[0, 1\]"),
+    ],
+)
+def test_bad_schedules_are_refused_when_the_trainer_is_built(
+    changes: dict[str, object], message: str
+) -> None:
+    opt = OptimizerConfig(**changes)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message):
+        LocalTrainer(TinyDepth(), config=TrainConfig(num_steps=3, optimizer=opt))  # type: ignore[arg-type]
+
+
+class _LrProbe(BaseHook):
+    """Recovers each SGD step's learning rate from the weights: w' = w - lr * grad."""
+
+    def __init__(self) -> None:
+        self.before: torch.Tensor | None = None
+        self.grads: list[torch.Tensor] = []
+        self.lrs: list[float] = []
+        self.start_lr = 0.0
+
+    def on_train_start(self, model: nn.Module, *, lr: float, num_steps: int) -> None:
+        self.start_lr = lr
+
+    def after_backward(self, model: nn.Module) -> None:
+        self.before = model.weight.detach().clone()  # type: ignore[operator]
+        self.grads.append(model.weight.grad.detach().clone())  # type: ignore[union-attr]
+
+    def after_step(self, model: nn.Module) -> None:
+        assert self.before is not None
+        delta = self.before - model.weight.detach()  # type: ignore[operator]
+        self.lrs.append(float((delta / self.grads[-1]).mean()))
+
+
+def test_the_schedule_reaches_the_optimizer_step_by_step() -> None:
+    opt = replace(SGD, lr=0.1, schedule="cosine", warmup_steps=2, final_lr_fraction=0.2)
+    model = TinyDepth()
+    trainer = LocalTrainer(model, config=TrainConfig(num_steps=6, batch_size=1, optimizer=opt))  # type: ignore[arg-type]
+    probe = _LrProbe()
+    steps: list[tuple[int, float]] = []
+
+    def on_step(step: int, loss: float) -> None:
+        probe.after_step(model)
+        steps.append((step, loss))
+
+    result = trainer.fit([_sample(i) for i in range(3)], hooks=[probe], on_step=on_step)
+    assert probe.lrs == pytest.approx(opt.step_lrs(6), rel=1e-4)
+    assert [s for s, _ in steps] == list(range(6))
+    assert [loss for _, loss in steps] == result.losses
+    # the hooks see the mean learning rate: K * lr is the round's total step size (SCAFFOLD)
+    assert probe.start_lr == pytest.approx(sum(opt.step_lrs(6)) / 6, rel=1e-12)
+
+
+def _reference_round(
+    model: TinyDepth, data: list[tuple[torch.Tensor, torch.Tensor]], steps: int, seed: int
+) -> list[float]:
+    """The trainer's default loop written out: AdamW(1e-4, wd 1e-2), clip 1.0, seeded batches."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=1e-2)
+    losses = []
+    for batch in step_batches(len(data), 2, steps, seed):
+        rgb = torch.stack([data[i][0] for i in batch])
+        gt = torch.stack([data[i][1] for i in batch])
+        opt.zero_grad(set_to_none=True)
+        loss, _ = model.loss(model.forward_train(rgb), gt, (gt > 0.0) & (gt < 100.0))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(model.parameters()), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def test_default_optimizer_is_bit_identical_to_the_plain_loop() -> None:
+    data = [_sample(i, h=2, w=4) for i in range(5)]
+    cfg = TrainConfig(num_steps=4, batch_size=2, seed=3, device="cpu")
+    result = LocalTrainer(TinyDepth(), config=cfg).fit(data)  # type: ignore[arg-type]
+    reference = TinyDepth()
+    losses = _reference_round(reference, data, 4, seed=3)
+    assert result.losses == losses
+    assert np.array_equal(result.state["weight"], reference.weight.detach().numpy())
+    assert np.array_equal(result.state["bias"], reference.bias.detach().numpy())
+    # the per-step path with every step at lr (cosine to 1.0 x lr) changes nothing either
+    flat = replace(cfg, optimizer=OptimizerConfig(schedule="cosine", final_lr_fraction=1.0))
+    same = LocalTrainer(TinyDepth(), config=flat).fit(data)  # type: ignore[arg-type]
+    assert same.losses == result.losses
+    assert all(np.array_equal(same.state[k], result.state[k]) for k in result.state)

@@ -1,8 +1,9 @@
-"""PyTorch adapter: frames of one or more sequences as fixed-size (rgb, depth) tensor pairs."""
+"""PyTorch adapter: frames of sequences (or a robot's frame buffer) as fixed-size tensor pairs."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence as AbcSequence
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -30,8 +31,40 @@ def resize_frame(frame: Frame, size: tuple[int, int]) -> tuple[torch.Tensor, tor
     return rgb.contiguous(), depth.contiguous()
 
 
+class Frames(Protocol):
+    """Indexable frames: a :class:`~fedepth.data.sequence.Sequence`, or a list of Frames."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int, /) -> Frame: ...
+
+
+#: What a :class:`FrameDataset` is built from: one sequence, several, or loose frames (a robot's
+#: buffer), which form one part.
+FrameSource = Sequence | AbcSequence[Sequence] | AbcSequence[Frame]
+
+
+def frame_parts(source: FrameSource) -> list[Frames]:
+    """The parts of a :data:`FrameSource`, in order: its sequences, or its frames as one part."""
+    if isinstance(source, Sequence):
+        return [source]
+    items = list(source)
+    if items and all(isinstance(x, Frame) for x in items):
+        return [items]  # type: ignore[list-item]
+    if not all(isinstance(x, Sequence) for x in items):
+        kinds = sorted({type(x).__name__ for x in items})
+        raise TypeError(
+            f"FrameDataset takes sequences or Frames (not a mix), got {', '.join(kinds)}"
+        )
+    return list(items)  # type: ignore[arg-type]
+
+
 class FrameDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     """All frames of ``sequences``, resized to ``size`` = (H, W).
+
+    ``sequences`` is a :data:`FrameSource`: a sequence, a list of them (the simulation's
+    clients), or a list of :class:`~fedepth.data.sequence.Frame` (a robot's buffer); the same
+    frames give the same items either way.
 
     Items are ``(rgb (3, H, W) float32 in [0, 1], depth (1, H, W) float32 metres, 0 invalid)``.
     With ``flip=True`` each item is mirrored left-right with probability 1/2, decided by
@@ -41,15 +74,15 @@ class FrameDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
 
     def __init__(
         self,
-        sequences: Sequence | AbcSequence[Sequence],
+        sequences: FrameSource,
         size: tuple[int, int],
         *,
         flip: bool = False,
         seed: int = 0,
     ) -> None:
-        seqs = [sequences] if isinstance(sequences, Sequence) else list(sequences)
+        seqs = frame_parts(sequences)
         if not seqs:
-            raise ValueError("FrameDataset needs at least one sequence")
+            raise ValueError("FrameDataset has no frames: give it a sequence or frames")
         if len(size) != 2 or min(size) <= 0:
             raise ValueError(f"size must be (H, W) with positive entries, got {size}")
         self.sequences = seqs
@@ -65,8 +98,8 @@ class FrameDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
-    def locate(self, index: int) -> tuple[Sequence, int]:
-        """The sequence and frame index of dataset item ``index``."""
+    def locate(self, index: int) -> tuple[Frames, int]:
+        """The sequence (or list of frames) and frame index of dataset item ``index``."""
         if not 0 <= index < len(self):
             raise IndexError(f"index {index} out of range for {len(self)} frames")
         k = int(np.searchsorted(self._offsets, index, side="right") - 1)

@@ -39,12 +39,15 @@ def create_model(
     min_depth: float = 1e-3,
     max_depth: float = 10.0,
     weights: str | Path | None = None,
+    variance_focus: float | None = None,
     **cfg: Any,
 ) -> DepthModel:
     """Build the registered model ``name``; load ``weights`` (a local safetensors file) strictly.
 
     ``cfg`` holds the factory's own keyword arguments (encoder, encoder_weights, head sizes).
     ``min_depth``/``max_depth`` are the metric range of the output (indoor 10 m, outdoor 80 m).
+    ``variance_focus`` is the SILog loss's lambda (None: the model's default, 0.85 as in
+    AdaBins / NeWCRFs); lower values weigh the global scale of a prediction more.
     """
     try:
         factory = _REGISTRY[name]
@@ -58,6 +61,10 @@ def create_model(
         model = factory(min_depth=float(min_depth), max_depth=float(max_depth), **cfg)
     except TypeError as exc:
         raise TypeError(f"bad configuration for model {name!r}: {exc}") from exc
+    if variance_focus is not None:
+        if not 0.0 <= variance_focus <= 1.0:
+            raise ValueError(f"variance_focus must be in [0, 1], got {variance_focus}")
+        model.variance_focus = float(variance_focus)
     model.model_name = name
     model.model_config = {"min_depth": float(min_depth), "max_depth": float(max_depth), **cfg}
     if weights is not None:

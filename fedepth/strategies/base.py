@@ -5,7 +5,7 @@ One round, whoever drives it (the in-process simulation or the gRPC coordinator)
 1. ``initialize(clients, initial)`` once, when the fleet is known (clustering happens here);
 2. ``configure_train(rnd, cids)`` -> one :class:`TrainTask` per selected client: the ONE model it
    downloads, plus the client hook (name, parameters, hook state such as SCAFFOLD's control
-   variate);
+   variate); the driver adds the training recipe;
 3. each client trains locally and returns a :class:`ClientUpdate`;
 4. ``aggregate_train(rnd, updates)`` folds the updates that arrived (drop-outs allowed).
 
@@ -27,6 +27,7 @@ import numpy as np
 
 from fedepth import clustering
 from fedepth.descriptor import Descriptor
+from fedepth.recipe import TrainRecipe
 from fedepth.strategies.aggregate import State, client_models, weighted_mean
 
 #: A read-only view of a state. An update's tensors may live on disk (the coordinator spills
@@ -57,12 +58,18 @@ class ClientInfo:
 
 @dataclass
 class TrainTask:
-    """What a client receives for one round."""
+    """What a client receives for one round.
+
+    ``recipe`` says how to train it (:func:`fedepth.client.train_round`); the round driver sets
+    it (the strategy leaves it None): the simulation from its ``SimConfig``, the coordinator
+    from its ``training`` section. None reaches a client only from a driver that sends none.
+    """
 
     state: State
     hook: str | None = None
     hook_params: dict[str, float] = field(default_factory=dict)
     hook_state: dict[str, State] = field(default_factory=dict)
+    recipe: TrainRecipe | None = None
 
 
 @dataclass

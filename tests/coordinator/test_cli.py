@@ -46,6 +46,40 @@ def test_overrides_and_errors_name_the_key(tmp_path: Path) -> None:
         assert message in str(err.value)
 
 
+def test_training_section_is_the_recipe_every_task_carries(tmp_path: Path) -> None:
+    from fedepth.recipe import TrainRecipe
+    from fedepth.sim import SimConfig
+    from fedepth_coordinator.config import save_resolved
+
+    assert load_config(DEFAULT).training.recipe() == TrainRecipe() == SimConfig().recipe(0)
+    config = load_config(
+        DEFAULT,
+        [
+            ("training.image_size", [32, 48]),
+            ("training.schedule", "cosine"),
+            ("training.warmup_steps", 2),
+            ("training.grad_clip", None),
+        ],
+    )
+    recipe = config.training.recipe()
+    assert recipe.image_size == (32, 48) and recipe.schedule == "cosine"
+    assert recipe.warmup_steps == 2 and recipe.grad_clip is None
+    saved = save_resolved(config, tmp_path)  # YAML lists back into the tuple
+    assert load_config(saved) == config
+    bad = [
+        ([("training.lr", 0)], "training: lr must be a number > 0"),
+        ([("training.optimizer", "lamb")], "training: unknown optimizer 'lamb'"),
+        ([("training.warmup_steps", 5)], "training: warmup_steps must be an integer in"),
+        ([("training.image_size", [48])], "training.image_size: expected a list of 2 values"),
+        ([("training.image_size", [48, "x"])], "training.image_size[1]: expected an integer"),
+        ([("training.learning_rate", 1)], "training: unknown key(s) learning_rate"),
+    ]
+    for overrides, message in bad:
+        with pytest.raises(ConfigError) as err:
+            load_config(DEFAULT, overrides)
+        assert message in str(err.value)
+
+
 def test_add_robot_prints_a_token_once_and_print_config(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -100,3 +100,6 @@ def test_plans_wait_for_the_fleet_then_train(
     model = clients[robots[0]].download_model(0)
     assert model.round == 0 and model.task.hook is None
     assert sum(a.nbytes for a in model.task.state.values()) == plan.model_bytes
+    # every task carries the run's training recipe; the latest model is not a task to train
+    assert model.task.recipe == server.config.training.recipe()
+    assert clients[robots[0]].download_model(latest=True).task.recipe is None

@@ -143,6 +143,8 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
             "rounds": {"num_rounds": 2, "min_robots": 2, "deadline_s": 120.0},
             # a fixed tau: with two robots a calibrated one can be 0, and re-routing scales by tau
             "strategy": {"name": "fedepth", "params": {"tau": 1000.0}},
+            # the recipe every robot trains with (the nodes' own settings are only a fallback)
+            "training": {"local_steps": 2, "batch_size": 2, "image_size": [32, 48]},
             "model": {"initial_weights": str(initial)},
             "state": {"dir": str(tmp_path / "state"), "backend": "sqlite"},
         }
@@ -175,8 +177,7 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
                 "buffer_size": 16,
                 "frame_stride": 1,
                 "descriptor_frames": DESCRIPTOR_FRAMES,
-                "local_steps": 2,
-                "batch_size": 2,
+                "local_steps": 50,  # a fallback: the coordinator's recipe (2 steps) wins
                 "status_period": 0.5,
             }
             processes.node(ns, "fedepth_ros.robot_node", ns, params)
@@ -205,6 +206,7 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
             status = json.loads(listener.received[topic][-1][1].data)
             assert status["rounds_done"] == 2 and status["error"] is None, status
             assert status["last_loss"] > 0 and status["buffer"]["size"] >= DESCRIPTOR_FRAMES
+            assert status["recipe"] == "coordinator", status
 
         # the depth node on an unseen sequence, with robot-a's credentials
         principal = ROBOTS["robot_a"][0]

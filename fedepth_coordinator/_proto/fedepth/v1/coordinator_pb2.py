@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n7fedepth_coordinator/_proto/fedepth/v1/coordinator.proto\x12\nfedepth.v1\"8\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\"D\n\x0bTensorGroup\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\'\n\x07tensors\x18\x02 \x03(\x0b\x32\x16.fedepth.v1.TensorSpec\"B\n\x0cInlineTensor\x12$\n\x04spec\x18\x01 \x01(\x0b\x32\x16.fedepth.v1.TensorSpec\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\";\n\nDescriptor\x12\x0c\n\x04mean\x18\x01 \x03(\x01\x12\x0b\n\x03var\x18\x02 \x03(\x01\x12\x12\n\nnum_frames\x18\x03 \x01(\x03\"\xa0\x01\n\x0fRegisterRequest\x12\x10\n\x08robot_id\x18\x01 \x01(\t\x12\x13\n\x0bnum_samples\x18\x02 \x01(\x03\x12\x37\n\x06labels\x18\x03 \x03(\x0b\x32\'.fedepth.v1.RegisterRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"A\n\rRegisterReply\x12 \n\x05phase\x18\x01 \x01(\x0e\x32\x11.fedepth.v1.Phase\x12\x0e\n\x06member\x18\x02 \x01(\x08\"\x84\x01\n\x17UploadDescriptorRequest\x12\x10\n\x08robot_id\x18\x01 \x01(\t\x12*\n\ndescriptor\x18\x02 \x01(\x0b\x32\x16.fedepth.v1.Descriptor\x12+\n\tsummaries\x18\x03 \x03(\x0b\x32\x18.fedepth.v1.InlineTensor\"[\n\x15UploadDescriptorReply\x12 \n\x05phase\x18\x01 \x01(\x0e\x32\x11.fedepth.v1.Phase\x12\x0e\n\x06member\x18\x02 \x01(\x08\x12\x10\n\x08\x63lusters\x18\x03 \x03(\x05\"L\n\x13GetRoundPlanRequest\x12\x10\n\x08robot_id\x18\x01 \x01(\t\x12\x13\n\x0b\x61\x66ter_round\x18\x02 \x01(\x03\x12\x0e\n\x06wait_s\x18\x03 \x01(\x01\"\xb4\x01\n\tRoundPlan\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32\x16.fedepth.v1.PlanAction\x12 \n\x05phase\x18\x02 \x01(\x0e\x32\x11.fedepth.v1.Phase\x12\r\n\x05round\x18\x03 \x01(\x03\x12\x12\n\nnum_rounds\x18\x04 \x01(\x03\x12\x15\n\rdeadline_unix\x18\x05 \x01(\x01\x12\x13\n\x0bmodel_bytes\x18\x06 \x01(\x03\x12\x0e\n\x06reason\x18\x07 \x01(\t\"G\n\x14\x44ownloadModelRequest\x12\x10\n\x08robot_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x0e\n\x06latest\x18\x03 \x01(\x08\"\x8b\x02\n\x0e\x44ownloadHeader\x12\r\n\x05round\x18\x01 \x01(\x03\x12\x0c\n\x04hook\x18\x02 \x01(\t\x12?\n\x0bhook_params\x18\x03 \x03(\x0b\x32*.fedepth.v1.DownloadHeader.HookParamsEntry\x12&\n\x05state\x18\x04 \x01(\x0b\x32\x17.fedepth.v1.TensorGroup\x12+\n\nhook_state\x18\x05 \x03(\x0b\x32\x17.fedepth.v1.TensorGroup\x12\x13\n\x0btotal_bytes\x18\x06 \x01(\x03\x1a\x31\n\x0fHookParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"W\n\x0f\x44ownloadMessage\x12,\n\x06header\x18\x01 \x01(\x0b\x32\x1a.fedepth.v1.DownloadHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04\x62ody\"\xa4\x02\n\x0cUploadHeader\x12\x10\n\x08robot_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x13\n\x0bnum_samples\x18\x03 \x01(\x03\x12\x11\n\tnum_steps\x18\x04 \x01(\x03\x12\x36\n\x07metrics\x18\x05 \x03(\x0b\x32%.fedepth.v1.UploadHeader.MetricsEntry\x12&\n\x05state\x18\x06 \x01(\x0b\x32\x17.fedepth.v1.TensorGroup\x12&\n\x05\x65xtra\x18\x07 \x03(\x0b\x32\x17.fedepth.v1.TensorGroup\x12\x13\n\x0btotal_bytes\x18\x08 \x01(\x03\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"S\n\rUploadMessage\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x18.fedepth.v1.UploadHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04\x62ody\"F\n\x11UploadUpdateReply\x12\r\n\x05round\x18\x01 \x01(\x03\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x05\x12\x10\n\x08selected\x18\x03 \x01(\x05\"\xe3\x01\n\x0cRouteRequest\x12*\n\ndescriptor\x18\x01 \x01(\x0b\x32\x16.fedepth.v1.Descriptor\x12\x15\n\rinclude_model\x18\x02 \x01(\x08\x12\x34\n\x06labels\x18\x03 \x03(\x0b\x32$.fedepth.v1.RouteRequest.LabelsEntry\x12+\n\tsummaries\x18\x04 \x03(\x0b\x32\x18.fedepth.v1.InlineTensor\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"m\n\x0bRouteHeader\x12\x10\n\x08\x63lusters\x18\x01 \x03(\x05\x12\x0f\n\x07weights\x18\x02 \x03(\x01\x12&\n\x05state\x18\x03 \x01(\x0b\x32\x17.fedepth.v1.TensorGroup\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x03\"Q\n\x0cRouteMessage\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x17.fedepth.v1.RouteHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04\x62ody\"\x16\n\x14GetClusterMapRequest\")\n\x07\x43luster\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0f\n\x07members\x18\x02 \x03(\t\"r\n\nClusterMap\x12\x11\n\tclustered\x18\x01 \x01(\x08\x12\x10\n\x08strategy\x18\x02 \x01(\t\x12\x10\n\x03tau\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12%\n\x08\x63lusters\x18\x04 \x03(\x0b\x32\x13.fedepth.v1.ClusterB\x06\n\x04_tau\"\x17\n\x15GetFleetStatusRequest\"\xa5\x02\n\x0bRobotStatus\x12\x10\n\x08robot_id\x18\x01 \x01(\t\x12\x33\n\x06labels\x18\x02 \x03(\x0b\x32#.fedepth.v1.RobotStatus.LabelsEntry\x12\x13\n\x0bnum_samples\x18\x03 \x01(\x03\x12\x16\n\x0ehas_descriptor\x18\x04 \x01(\x08\x12\x0e\n\x06member\x18\x05 \x01(\x08\x12\x10\n\x08\x63lusters\x18\x06 \x03(\x05\x12\x10\n\x08selected\x18\x07 \x01(\x08\x12\x10\n\x08reported\x18\x08 \x01(\x08\x12\x18\n\x10updates_accepted\x18\t \x01(\x03\x12\x13\n\x0blast_seen_s\x18\n \x01(\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"h\n\x0cRoundSummary\x12\r\n\x05round\x18\x01 \x01(\x03\x12\x10\n\x08selected\x18\x02 \x01(\x05\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x05\x12\x12\n\nduration_s\x18\x04 \x01(\x01\x12\x11\n\tclosed_by\x18\x05 \x01(\t\"\xf3\x01\n\x0b\x46leetStatus\x12 \n\x05phase\x18\x01 \x01(\x0e\x32\x11.fedepth.v1.Phase\x12\x10\n\x08strategy\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\x03\x12\x12\n\nnum_rounds\x18\x04 \x01(\x03\x12\x12\n\nmin_robots\x18\x05 \x01(\x05\x12\x15\n\rdeadline_unix\x18\x06 \x01(\x01\x12\x0e\n\x06quorum\x18\x07 \x01(\x05\x12\'\n\x06robots\x18\x08 \x03(\x0b\x32\x17.fedepth.v1.RobotStatus\x12)\n\x07history\x18\t \x03(\x0b\x32\x18.fedepth.v1.RoundSummary*c\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x1b\n\x17PHASE_WAITING_FOR_FLEET\x10\x01\x12\x12\n\x0ePHASE_TRAINING\x10\x02\x12\x12\n\x0ePHASE_FINISHED\x10\x03*p\n\nPlanAction\x12\x1b\n\x17PLAN_ACTION_UNSPECIFIED\x10\x00\x12\x14\n\x10PLAN_ACTION_WAIT\x10\x01\x12\x15\n\x11PLAN_ACTION_TRAIN\x10\x02\x12\x18\n\x14PLAN_ACTION_FINISHED\x10\x03\x32\xeb\x04\n\x0b\x43oordinator\x12\x42\n\x08Register\x12\x1b.fedepth.v1.RegisterRequest\x1a\x19.fedepth.v1.RegisterReply\x12Z\n\x10UploadDescriptor\x12#.fedepth.v1.UploadDescriptorRequest\x1a!.fedepth.v1.UploadDescriptorReply\x12\x46\n\x0cGetRoundPlan\x12\x1f.fedepth.v1.GetRoundPlanRequest\x1a\x15.fedepth.v1.RoundPlan\x12P\n\rDownloadModel\x12 .fedepth.v1.DownloadModelRequest\x1a\x1b.fedepth.v1.DownloadMessage0\x01\x12J\n\x0cUploadUpdate\x12\x19.fedepth.v1.UploadMessage\x1a\x1d.fedepth.v1.UploadUpdateReply(\x01\x12=\n\x05Route\x12\x18.fedepth.v1.RouteRequest\x1a\x18.fedepth.v1.RouteMessage0\x01\x12I\n\rGetClusterMap\x12 .fedepth.v1.GetClusterMapRequest\x1a\x16.fedepth.v1.ClusterMap\x12L\n\x0eGetFleetStatus\x12!.fedepth.v1.GetFleetStatusRequest\x1a\x17.fedepth.v1.FleetStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n7fedepth_coordinator/_proto/fedepth/v1/coordinator.proto\x12\nfedepth.v1\"8\n\nTensorSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\"D\n\x0bTensorGroup\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\'\n\x07tensors\x18\x02 \x03(\x0b\x32\x16.fedepth.v1.TensorSpec\"B\n\x0cInlineTensor\x12$\n\x04spec\x18\x01 \x01(\x0b\x32\x16.fedepth.v1.TensorSpec\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\";\n\nDescriptor\x12\x0c\n\x04mean\x18\x01 \x03(\x01\x12\x0b\n\x03var\x18\x02 \x03(\x01\x12\x12\n\nnum_frames\x18\x03 \x01(\x03\"\xa0\x01\n\x0fRegisterRequest\x12\x10\n\x08robot_id\x18\x01 \x01(\t\x12\x13\n\x0bnum_samples\x18\x02 \x01(\x03\x12\x37\n\x06labels\x18\x03 \x03(\x0b\x32\'.fedepth.v1.RegisterRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"A\n\rRegisterReply\x12 \n\x05phase\x18\x01 \x01(\x0e\x32\x11.fedepth.v1.Phase\x12\x0e\n\x06member\x18\x02 \x01(\x08\"\x84\x01\n\x17UploadDescriptorRequest\x12\x10\n\x08robot_id\x18\x01 \x01(\t\x12*\n\ndescriptor\x18\x02 \x01(\x0b\x32\x16.fedepth.v1.Descriptor\x12+\n\tsummaries\x18\x03 \x03(\x0b\x32\x18.fedepth.v1.InlineTensor\"[\n\x15UploadDescriptorReply\x12 \n\x05phase\x18\x01 \x01(\x0e\x32\x11.fedepth.v1.Phase\x12\x0e\n\x06member\x18\x02 \x01(\x08\x12\x10\n\x08\x63lusters\x18\x03 \x03(\x05\"L\n\x13GetRoundPlanRequest\x12\x10\n\x08robot_id\x18\x01 \x01(\t\x12\x13\n\x0b\x61\x66ter_round\x18\x02 \x01(\x03\x12\x0e\n\x06wait_s\x18\x03 \x01(\x01\"\xb4\x01\n\tRoundPlan\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32\x16.fedepth.v1.PlanAction\x12 \n\x05phase\x18\x02 \x01(\x0e\x32\x11.fedepth.v1.Phase\x12\r\n\x05round\x18\x03 \x01(\x03\x12\x12\n\nnum_rounds\x18\x04 \x01(\x03\x12\x15\n\rdeadline_unix\x18\x05 \x01(\x01\x12\x13\n\x0bmodel_bytes\x18\x06 \x01(\x03\x12\x0e\n\x06reason\x18\x07 \x01(\t\"G\n\x14\x44ownloadModelRequest\x12\x10\n\x08robot_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x0e\n\x06latest\x18\x03 \x01(\x08\"\xdd\x02\n\x0bTrainRecipe\x12\x13\n\x0blocal_steps\x18\x01 \x01(\x03\x12\x12\n\nbatch_size\x18\x02 \x01(\x03\x12\x11\n\toptimizer\x18\x03 \x01(\t\x12\n\n\x02lr\x18\x04 \x01(\x01\x12\x14\n\x0cweight_decay\x18\x05 \x01(\x01\x12\x10\n\x08momentum\x18\x06 \x01(\x01\x12\x16\n\tgrad_clip\x18\x07 \x01(\x01H\x00\x88\x01\x01\x12\x10\n\x08schedule\x18\x08 \x01(\t\x12\x14\n\x0cwarmup_steps\x18\t \x01(\x03\x12\x19\n\x11\x66inal_lr_fraction\x18\n \x01(\x01\x12\x14\n\x0cimage_height\x18\x0b \x01(\x03\x12\x13\n\x0bimage_width\x18\x0c \x01(\x03\x12\x0c\n\x04\x66lip\x18\r \x01(\x08\x12\x0c\n\x04seed\x18\x0e \x01(\x03\x12\x1b\n\x0evariance_focus\x18\x0f \x01(\x01H\x01\x88\x01\x01\x42\x0c\n\n_grad_clipB\x11\n\x0f_variance_focus\"\xb4\x02\n\x0e\x44ownloadHeader\x12\r\n\x05round\x18\x01 \x01(\x03\x12\x0c\n\x04hook\x18\x02 \x01(\t\x12?\n\x0bhook_params\x18\x03 \x03(\x0b\x32*.fedepth.v1.DownloadHeader.HookParamsEntry\x12&\n\x05state\x18\x04 \x01(\x0b\x32\x17.fedepth.v1.TensorGroup\x12+\n\nhook_state\x18\x05 \x03(\x0b\x32\x17.fedepth.v1.TensorGroup\x12\x13\n\x0btotal_bytes\x18\x06 \x01(\x03\x12\'\n\x06recipe\x18\x07 \x01(\x0b\x32\x17.fedepth.v1.TrainRecipe\x1a\x31\n\x0fHookParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"W\n\x0f\x44ownloadMessage\x12,\n\x06header\x18\x01 \x01(\x0b\x32\x1a.fedepth.v1.DownloadHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04\x62ody\"\xa4\x02\n\x0cUploadHeader\x12\x10\n\x08robot_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x03\x12\x13\n\x0bnum_samples\x18\x03 \x01(\x03\x12\x11\n\tnum_steps\x18\x04 \x01(\x03\x12\x36\n\x07metrics\x18\x05 \x03(\x0b\x32%.fedepth.v1.UploadHeader.MetricsEntry\x12&\n\x05state\x18\x06 \x01(\x0b\x32\x17.fedepth.v1.TensorGroup\x12&\n\x05\x65xtra\x18\x07 \x03(\x0b\x32\x17.fedepth.v1.TensorGroup\x12\x13\n\x0btotal_bytes\x18\x08 \x01(\x03\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"S\n\rUploadMessage\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x18.fedepth.v1.UploadHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04\x62ody\"F\n\x11UploadUpdateReply\x12\r\n\x05round\x18\x01 \x01(\x03\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x05\x12\x10\n\x08selected\x18\x03 \x01(\x05\"\xe3\x01\n\x0cRouteRequest\x12*\n\ndescriptor\x18\x01 \x01(\x0b\x32\x16.fedepth.v1.Descriptor\x12\x15\n\rinclude_model\x18\x02 \x01(\x08\x12\x34\n\x06labels\x18\x03 \x03(\x0b\x32$.fedepth.v1.RouteRequest.LabelsEntry\x12+\n\tsummaries\x18\x04 \x03(\x0b\x32\x18.fedepth.v1.InlineTensor\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"m\n\x0bRouteHeader\x12\x10\n\x08\x63lusters\x18\x01 \x03(\x05\x12\x0f\n\x07weights\x18\x02 \x03(\x01\x12&\n\x05state\x18\x03 \x01(\x0b\x32\x17.fedepth.v1.TensorGroup\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x03\"Q\n\x0cRouteMessage\x12)\n\x06header\x18\x01 \x01(\x0b\x32\x17.fedepth.v1.RouteHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04\x62ody\"\x16\n\x14GetClusterMapRequest\")\n\x07\x43luster\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0f\n\x07members\x18\x02 \x03(\t\"r\n\nClusterMap\x12\x11\n\tclustered\x18\x01 \x01(\x08\x12\x10\n\x08strategy\x18\x02 \x01(\t\x12\x10\n\x03tau\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12%\n\x08\x63lusters\x18\x04 \x03(\x0b\x32\x13.fedepth.v1.ClusterB\x06\n\x04_tau\"\x17\n\x15GetFleetStatusRequest\"\xa5\x02\n\x0bRobotStatus\x12\x10\n\x08robot_id\x18\x01 \x01(\t\x12\x33\n\x06labels\x18\x02 \x03(\x0b\x32#.fedepth.v1.RobotStatus.LabelsEntry\x12\x13\n\x0bnum_samples\x18\x03 \x01(\x03\x12\x16\n\x0ehas_descriptor\x18\x04 \x01(\x08\x12\x0e\n\x06member\x18\x05 \x01(\x08\x12\x10\n\x08\x63lusters\x18\x06 \x03(\x05\x12\x10\n\x08selected\x18\x07 \x01(\x08\x12\x10\n\x08reported\x18\x08 \x01(\x08\x12\x18\n\x10updates_accepted\x18\t \x01(\x03\x12\x13\n\x0blast_seen_s\x18\n \x01(\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"h\n\x0cRoundSummary\x12\r\n\x05round\x18\x01 \x01(\x03\x12\x10\n\x08selected\x18\x02 \x01(\x05\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\x05\x12\x12\n\nduration_s\x18\x04 \x01(\x01\x12\x11\n\tclosed_by\x18\x05 \x01(\t\"\xf3\x01\n\x0b\x46leetStatus\x12 \n\x05phase\x18\x01 \x01(\x0e\x32\x11.fedepth.v1.Phase\x12\x10\n\x08strategy\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\x03\x12\x12\n\nnum_rounds\x18\x04 \x01(\x03\x12\x12\n\nmin_robots\x18\x05 \x01(\x05\x12\x15\n\rdeadline_unix\x18\x06 \x01(\x01\x12\x0e\n\x06quorum\x18\x07 \x01(\x05\x12\'\n\x06robots\x18\x08 \x03(\x0b\x32\x17.fedepth.v1.RobotStatus\x12)\n\x07history\x18\t \x03(\x0b\x32\x18.fedepth.v1.RoundSummary*c\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\x1b\n\x17PHASE_WAITING_FOR_FLEET\x10\x01\x12\x12\n\x0ePHASE_TRAINING\x10\x02\x12\x12\n\x0ePHASE_FINISHED\x10\x03*p\n\nPlanAction\x12\x1b\n\x17PLAN_ACTION_UNSPECIFIED\x10\x00\x12\x14\n\x10PLAN_ACTION_WAIT\x10\x01\x12\x15\n\x11PLAN_ACTION_TRAIN\x10\x02\x12\x18\n\x14PLAN_ACTION_FINISHED\x10\x03\x32\xeb\x04\n\x0b\x43oordinator\x12\x42\n\x08Register\x12\x1b.fedepth.v1.RegisterRequest\x1a\x19.fedepth.v1.RegisterReply\x12Z\n\x10UploadDescriptor\x12#.fedepth.v1.UploadDescriptorRequest\x1a!.fedepth.v1.UploadDescriptorReply\x12\x46\n\x0cGetRoundPlan\x12\x1f.fedepth.v1.GetRoundPlanRequest\x1a\x15.fedepth.v1.RoundPlan\x12P\n\rDownloadModel\x12 .fedepth.v1.DownloadModelRequest\x1a\x1b.fedepth.v1.DownloadMessage0\x01\x12J\n\x0cUploadUpdate\x12\x19.fedepth.v1.UploadMessage\x1a\x1d.fedepth.v1.UploadUpdateReply(\x01\x12=\n\x05Route\x12\x18.fedepth.v1.RouteRequest\x1a\x18.fedepth.v1.RouteMessage0\x01\x12I\n\rGetClusterMap\x12 .fedepth.v1.GetClusterMapRequest\x1a\x16.fedepth.v1.ClusterMap\x12L\n\x0eGetFleetStatus\x12!.fedepth.v1.GetFleetStatusRequest\x1a\x17.fedepth.v1.FleetStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,10 +41,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ROUTEREQUEST_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_ROBOTSTATUS_LABELSENTRY']._loaded_options = None
   _globals['_ROBOTSTATUS_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_PHASE']._serialized_start=3211
-  _globals['_PHASE']._serialized_end=3310
-  _globals['_PLANACTION']._serialized_start=3312
-  _globals['_PLANACTION']._serialized_end=3424
+  _globals['_PHASE']._serialized_start=3604
+  _globals['_PHASE']._serialized_end=3703
+  _globals['_PLANACTION']._serialized_start=3705
+  _globals['_PLANACTION']._serialized_end=3817
   _globals['_TENSORSPEC']._serialized_start=71
   _globals['_TENSORSPEC']._serialized_end=127
   _globals['_TENSORGROUP']._serialized_start=129
@@ -69,44 +69,46 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ROUNDPLAN']._serialized_end=1045
   _globals['_DOWNLOADMODELREQUEST']._serialized_start=1047
   _globals['_DOWNLOADMODELREQUEST']._serialized_end=1118
-  _globals['_DOWNLOADHEADER']._serialized_start=1121
-  _globals['_DOWNLOADHEADER']._serialized_end=1388
-  _globals['_DOWNLOADHEADER_HOOKPARAMSENTRY']._serialized_start=1339
-  _globals['_DOWNLOADHEADER_HOOKPARAMSENTRY']._serialized_end=1388
-  _globals['_DOWNLOADMESSAGE']._serialized_start=1390
-  _globals['_DOWNLOADMESSAGE']._serialized_end=1477
-  _globals['_UPLOADHEADER']._serialized_start=1480
-  _globals['_UPLOADHEADER']._serialized_end=1772
-  _globals['_UPLOADHEADER_METRICSENTRY']._serialized_start=1726
-  _globals['_UPLOADHEADER_METRICSENTRY']._serialized_end=1772
-  _globals['_UPLOADMESSAGE']._serialized_start=1774
-  _globals['_UPLOADMESSAGE']._serialized_end=1857
-  _globals['_UPLOADUPDATEREPLY']._serialized_start=1859
-  _globals['_UPLOADUPDATEREPLY']._serialized_end=1929
-  _globals['_ROUTEREQUEST']._serialized_start=1932
-  _globals['_ROUTEREQUEST']._serialized_end=2159
+  _globals['_TRAINRECIPE']._serialized_start=1121
+  _globals['_TRAINRECIPE']._serialized_end=1470
+  _globals['_DOWNLOADHEADER']._serialized_start=1473
+  _globals['_DOWNLOADHEADER']._serialized_end=1781
+  _globals['_DOWNLOADHEADER_HOOKPARAMSENTRY']._serialized_start=1732
+  _globals['_DOWNLOADHEADER_HOOKPARAMSENTRY']._serialized_end=1781
+  _globals['_DOWNLOADMESSAGE']._serialized_start=1783
+  _globals['_DOWNLOADMESSAGE']._serialized_end=1870
+  _globals['_UPLOADHEADER']._serialized_start=1873
+  _globals['_UPLOADHEADER']._serialized_end=2165
+  _globals['_UPLOADHEADER_METRICSENTRY']._serialized_start=2119
+  _globals['_UPLOADHEADER_METRICSENTRY']._serialized_end=2165
+  _globals['_UPLOADMESSAGE']._serialized_start=2167
+  _globals['_UPLOADMESSAGE']._serialized_end=2250
+  _globals['_UPLOADUPDATEREPLY']._serialized_start=2252
+  _globals['_UPLOADUPDATEREPLY']._serialized_end=2322
+  _globals['_ROUTEREQUEST']._serialized_start=2325
+  _globals['_ROUTEREQUEST']._serialized_end=2552
   _globals['_ROUTEREQUEST_LABELSENTRY']._serialized_start=444
   _globals['_ROUTEREQUEST_LABELSENTRY']._serialized_end=489
-  _globals['_ROUTEHEADER']._serialized_start=2161
-  _globals['_ROUTEHEADER']._serialized_end=2270
-  _globals['_ROUTEMESSAGE']._serialized_start=2272
-  _globals['_ROUTEMESSAGE']._serialized_end=2353
-  _globals['_GETCLUSTERMAPREQUEST']._serialized_start=2355
-  _globals['_GETCLUSTERMAPREQUEST']._serialized_end=2377
-  _globals['_CLUSTER']._serialized_start=2379
-  _globals['_CLUSTER']._serialized_end=2420
-  _globals['_CLUSTERMAP']._serialized_start=2422
-  _globals['_CLUSTERMAP']._serialized_end=2536
-  _globals['_GETFLEETSTATUSREQUEST']._serialized_start=2538
-  _globals['_GETFLEETSTATUSREQUEST']._serialized_end=2561
-  _globals['_ROBOTSTATUS']._serialized_start=2564
-  _globals['_ROBOTSTATUS']._serialized_end=2857
+  _globals['_ROUTEHEADER']._serialized_start=2554
+  _globals['_ROUTEHEADER']._serialized_end=2663
+  _globals['_ROUTEMESSAGE']._serialized_start=2665
+  _globals['_ROUTEMESSAGE']._serialized_end=2746
+  _globals['_GETCLUSTERMAPREQUEST']._serialized_start=2748
+  _globals['_GETCLUSTERMAPREQUEST']._serialized_end=2770
+  _globals['_CLUSTER']._serialized_start=2772
+  _globals['_CLUSTER']._serialized_end=2813
+  _globals['_CLUSTERMAP']._serialized_start=2815
+  _globals['_CLUSTERMAP']._serialized_end=2929
+  _globals['_GETFLEETSTATUSREQUEST']._serialized_start=2931
+  _globals['_GETFLEETSTATUSREQUEST']._serialized_end=2954
+  _globals['_ROBOTSTATUS']._serialized_start=2957
+  _globals['_ROBOTSTATUS']._serialized_end=3250
   _globals['_ROBOTSTATUS_LABELSENTRY']._serialized_start=444
   _globals['_ROBOTSTATUS_LABELSENTRY']._serialized_end=489
-  _globals['_ROUNDSUMMARY']._serialized_start=2859
-  _globals['_ROUNDSUMMARY']._serialized_end=2963
-  _globals['_FLEETSTATUS']._serialized_start=2966
-  _globals['_FLEETSTATUS']._serialized_end=3209
-  _globals['_COORDINATOR']._serialized_start=3427
-  _globals['_COORDINATOR']._serialized_end=4046
+  _globals['_ROUNDSUMMARY']._serialized_start=3252
+  _globals['_ROUNDSUMMARY']._serialized_end=3356
+  _globals['_FLEETSTATUS']._serialized_start=3359
+  _globals['_FLEETSTATUS']._serialized_end=3602
+  _globals['_COORDINATOR']._serialized_start=3820
+  _globals['_COORDINATOR']._serialized_end=4439
 # @@protoc_insertion_point(module_scope)

@@ -148,8 +148,42 @@ class DownloadModelRequest(_message.Message):
     latest: bool
     def __init__(self, robot_id: _Optional[str] = ..., round: _Optional[int] = ..., latest: _Optional[bool] = ...) -> None: ...
 
+class TrainRecipe(_message.Message):
+    __slots__ = ("local_steps", "batch_size", "optimizer", "lr", "weight_decay", "momentum", "grad_clip", "schedule", "warmup_steps", "final_lr_fraction", "image_height", "image_width", "flip", "seed", "variance_focus")
+    LOCAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    LR_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
+    MOMENTUM_FIELD_NUMBER: _ClassVar[int]
+    GRAD_CLIP_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    WARMUP_STEPS_FIELD_NUMBER: _ClassVar[int]
+    FINAL_LR_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    FLIP_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    VARIANCE_FOCUS_FIELD_NUMBER: _ClassVar[int]
+    local_steps: int
+    batch_size: int
+    optimizer: str
+    lr: float
+    weight_decay: float
+    momentum: float
+    grad_clip: float
+    schedule: str
+    warmup_steps: int
+    final_lr_fraction: float
+    image_height: int
+    image_width: int
+    flip: bool
+    seed: int
+    variance_focus: float
+    def __init__(self, local_steps: _Optional[int] = ..., batch_size: _Optional[int] = ..., optimizer: _Optional[str] = ..., lr: _Optional[float] = ..., weight_decay: _Optional[float] = ..., momentum: _Optional[float] = ..., grad_clip: _Optional[float] = ..., schedule: _Optional[str] = ..., warmup_steps: _Optional[int] = ..., final_lr_fraction: _Optional[float] = ..., image_height: _Optional[int] = ..., image_width: _Optional[int] = ..., flip: _Optional[bool] = ..., seed: _Optional[int] = ..., variance_focus: _Optional[float] = ...) -> None: ...
+
 class DownloadHeader(_message.Message):
-    __slots__ = ("round", "hook", "hook_params", "state", "hook_state", "total_bytes")
+    __slots__ = ("round", "hook", "hook_params", "state", "hook_state", "total_bytes", "recipe")
     class HookParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -163,13 +197,15 @@ class DownloadHeader(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     HOOK_STATE_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RECIPE_FIELD_NUMBER: _ClassVar[int]
     round: int
     hook: str
     hook_params: _containers.ScalarMap[str, float]
     state: TensorGroup
     hook_state: _containers.RepeatedCompositeFieldContainer[TensorGroup]
     total_bytes: int
-    def __init__(self, round: _Optional[int] = ..., hook: _Optional[str] = ..., hook_params: _Optional[_Mapping[str, float]] = ..., state: _Optional[_Union[TensorGroup, _Mapping]] = ..., hook_state: _Optional[_Iterable[_Union[TensorGroup, _Mapping]]] = ..., total_bytes: _Optional[int] = ...) -> None: ...
+    recipe: TrainRecipe
+    def __init__(self, round: _Optional[int] = ..., hook: _Optional[str] = ..., hook_params: _Optional[_Mapping[str, float]] = ..., state: _Optional[_Union[TensorGroup, _Mapping]] = ..., hook_state: _Optional[_Iterable[_Union[TensorGroup, _Mapping]]] = ..., total_bytes: _Optional[int] = ..., recipe: _Optional[_Union[TrainRecipe, _Mapping]] = ...) -> None: ...
 
 class DownloadMessage(_message.Message):
     __slots__ = ("header", "data")
