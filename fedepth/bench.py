@@ -871,6 +871,21 @@ def render_report(results: dict[str, Any]) -> str:
         _table([(k, v) for k, v in m.items()], TABLE_METRICS, arrows, spread=spread, ref=ref),
         "",
     ]
+    out += [
+        "## Convergence: Abs Rel over the last five evaluated rounds",
+        "",
+        "| Method | first | last | relative change |",
+        "| --- | ---: | ---: | ---: |",
+        *(
+            f"| {k} | {c[0]:.3f} | {c[1]:.3f} | {c[2]:+.1%} |"
+            for k, c in ((k, curve_change(v["curves"]["abs_rel"])) for k, v in m.items())
+            if c is not None
+        ),
+        "",
+        "A curve has flattened where the relative change is small against the differences "
+        "between methods" + (" (curves averaged over the seeds)." if spread else "."),
+        "",
+    ]
     if "hard" in m and "fedepth" in m:
         out += [
             "## Table 3a: hard vs soft clustering at the same tau",
@@ -964,6 +979,17 @@ def render_report(results: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def curve_change(
+    curve: Sequence[float | None], rounds: int = 5
+) -> tuple[float, float, float] | None:
+    """First and last value of the last ``rounds`` evaluated points of a curve, and the
+    relative change between them (None when fewer than two points were evaluated)."""
+    points = [float(v) for v in curve if v is not None][-rounds:]
+    if len(points) < 2:
+        return None
+    return points[0], points[-1], (points[-1] - points[0]) / points[0]
 
 
 def _clusters_k(entry: Mapping[str, Any]) -> str:

@@ -399,3 +399,14 @@ def test_bench_help_documents_seeds_and_resuming(capsys: pytest.CaptureFixture[s
     text = " ".join(capsys.readouterr().out.split())
     assert "--seeds LIST" in text and "--fresh" in text
     assert "continues where it stopped" in text and "restarts from round 0" in text
+
+
+def test_curve_change_uses_the_last_evaluated_rounds() -> None:
+    from fedepth.bench import curve_change
+
+    assert curve_change([None, 1.0, None, 0.8, 0.6, 0.55, 0.5, 0.5], rounds=5) == (
+        0.8,
+        0.5,
+        pytest.approx(-0.375),
+    )
+    assert curve_change([None, 0.4]) is None
