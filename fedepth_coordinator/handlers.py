@@ -532,7 +532,11 @@ class Coordinator:
     def round_plan(self, caller: str, robot_id: str, after_round: int, wait_s: float) -> RoundPlan:
         """The robot's plan; waits up to ``wait_s`` (capped) for one that is not WAIT."""
         self._check_caller(caller, robot_id)
-        end = time.monotonic() + min(max(wait_s, 0.0), self.config.server.max_wait_s)
+        if not math.isfinite(wait_s) or wait_s < 0:
+            raise InvalidArgumentError(
+                f"wait_s must be a finite number of seconds >= 0, got {wait_s!r}"
+            )
+        end = time.monotonic() + min(wait_s, self.config.server.max_wait_s)
         with self._cond:
             self._robot(robot_id)
             while True:

@@ -1,0 +1,143 @@
+"""Issue 14: attacks by one robot on a real coordinator; each is rejected (its status code), the
+state is left alone, and honest robots are still served."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+
+from fedepth.strategies import ClientUpdate
+from fedepth_coordinator import serde, wire
+from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
+from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2_grpc as pb_grpc
+from fedepth_coordinator.auth import call_metadata
+from fedepth_coordinator.client import CoordinatorClient, open_channel
+from fedepth_coordinator.config import CoordinatorConfig
+from fedepth_coordinator.domain import UpdateHeader
+from fedepth_coordinator.server import CoordinatorServer, running
+from fedepth_coordinator.simulate import deterministic_train, robot_ids, robot_profile
+from fedepth_coordinator.tensors import Layout, iter_chunks
+
+ROBOTS = robot_ids(4)
+A, B = ROBOTS[0], ROBOTS[1]
+
+
+@dataclass
+class World:
+    """A formed fleet in round 0 (robots A..D registered with a descriptor)."""
+
+    server: CoordinatorServer
+    clients: dict[str, CoordinatorClient]
+    channel: grpc.Channel
+    stub: pb_grpc.CoordinatorStub
+    tokens: dict[str, str]
+
+    def md(self, principal: str = B) -> tuple[tuple[str, str], ...]:
+        return call_metadata(principal, self.tokens[principal])
+
+    def update(self, rid: str = B) -> ClientUpdate:
+        task = self.clients[rid].download_model(0).task
+        return deterministic_train(rid, robot_profile(rid).num_samples)(0, task)
+
+    def upload_raw(
+        self,
+        update: ClientUpdate,
+        *,
+        extra: dict[str, dict[str, np.ndarray]] | None = None,
+        **hdr: Any,
+    ) -> Any:
+        groups = {"state": dict(update.state), **(extra or {})}
+        header = UpdateHeader(update.cid, 0, update.num_samples, Layout.of(groups))
+        msg = serde.update_header_to_pb(replace(header, **hdr))
+
+        def messages() -> Iterator[Any]:
+            yield pb.UploadMessage(header=msg)
+            yield from iter_chunks(list(groups.values()), 4096, frame=wire.frame)
+
+        upload = self.channel.stream_unary(
+            "/fedepth.v1.Coordinator/UploadUpdate",
+            request_serializer=wire.serialize,
+            response_deserializer=pb.UploadUpdateReply.FromString,
+        )
+        return upload(messages(), metadata=self.md(update.cid), timeout=20)
+
+    def snapshot(self) -> tuple[Any, ...]:
+        status = self.server.coordinator.fleet_status()
+        robots = tuple(replace(r, last_seen_s=0.0) for r in status.robots)
+        snap = self.server.store.load()
+        return (
+            replace(status, robots=robots),
+            snap.updates,
+            snap.robots.__repr__(),
+            self.server.store.blob_keys(),
+        )
+
+    def honest_robots_are_served(self, expected_accepted: int = 1) -> None:
+        assert self.clients[A].health() == "SERVING"
+        receipt = self.clients[A].upload_update(0, self.update(A))
+        assert receipt.accepted == expected_accepted
+
+
+@pytest.fixture
+def world_factory(
+    config_factory: Callable[..., CoordinatorConfig], creds: Any
+) -> Iterator[Callable[..., World]]:
+    stack: list[tuple[Any, grpc.Channel]] = []
+
+    def factory(**sections: dict[str, Any]) -> World:
+        sections.setdefault("rounds", {"num_rounds": 2, "min_robots": 4})
+        ctx = running(config_factory(**sections))
+        server = ctx.__enter__()
+        channel = open_channel(f"127.0.0.1:{server.port}")
+        stack.append((ctx, channel))
+        clients = {r: CoordinatorClient(channel, r, creds.tokens[r]) for r in ROBOTS}
+        for rid, client in clients.items():
+            p = robot_profile(rid)
+            client.register(p.num_samples, p.labels)
+            client.upload_descriptor(p.descriptor)
+        return World(server, clients, channel, pb_grpc.CoordinatorStub(channel), creds.tokens)
+
+    yield factory
+    for ctx, channel in reversed(stack):
+        channel.close()
+        ctx.__exit__(None, None, None)
+
+
+@pytest.fixture
+def world(world_factory: Callable[..., World]) -> World:
+    return world_factory()
+
+
+def _rejected(call: Callable[[], Any]) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as err:
+        call()
+    return err.value
+
+
+# -- (1) GetRoundPlan wait_s NaN / inf / negative ------------------------------------------------
+@pytest.mark.parametrize("wait_s", [math.nan, math.inf, -math.inf, -1.0])
+def test_round_plan_with_non_finite_or_negative_wait_is_rejected_without_spinning(
+    wait_s: float, world: World
+) -> None:
+    before = world.snapshot()
+    cpu0, t0 = time.process_time(), time.monotonic()
+    err = _rejected(
+        lambda: world.stub.GetRoundPlan(
+            pb.GetRoundPlanRequest(robot_id=B, after_round=0, wait_s=wait_s),
+            metadata=world.md(),
+            timeout=10,
+        )
+    )
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+    assert "wait_s must be a finite number" in (err.details() or "")
+    assert time.monotonic() - t0 < 5.0
+    assert time.process_time() - cpu0 < 2.0  # no server thread left spinning
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
