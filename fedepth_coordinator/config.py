@@ -145,6 +145,10 @@ class ModelConfig:
     synthetic: SyntheticModelConfig = field(default_factory=SyntheticModelConfig)
 
 
+#: Values of validation.sample_weights.
+SAMPLE_WEIGHTS = ("clipped", "registered", "strict", "equal")
+
+
 @dataclass(frozen=True)
 class ValidationConfig:
     #: Largest accepted L2 distance between an update and the model it was trained from.
@@ -155,6 +159,11 @@ class ValidationConfig:
     max_extra_groups: int = 4
     #: Largest total size of a robot's inline summaries (PACFL basis, ...), in bytes.
     max_summary_bytes: int = 1 << 20
+    #: Aggregation weight of an update, given the sample count in its header and the one the
+    #: robot registered: "clipped" (the header's, at most the registered one), "registered"
+    #: (always the registered one), "strict" (a header that differs is INVALID_ARGUMENT) or
+    #: "equal" (every update weighs 1). The header's count alone is never trusted.
+    sample_weights: str = "clipped"
 
 
 @dataclass(frozen=True)
@@ -226,6 +235,11 @@ def _check(c: CoordinatorConfig) -> None:
         "must be > 0 or null",
     )
     need(v.max_extra_groups >= 0, "validation.max_extra_groups", "must be >= 0")
+    need(
+        v.sample_weights in SAMPLE_WEIGHTS,
+        "validation.sample_weights",
+        f"must be one of {', '.join(SAMPLE_WEIGHTS)}, got {v.sample_weights!r}",
+    )
     need(c.model.synthetic.size_mb > 0, "model.synthetic.size_mb", "must be > 0")
     try:
         c.training.recipe()

@@ -602,7 +602,7 @@ class Coordinator:
         if len(header.metrics) > MAX_METRICS:
             raise InvalidArgumentError(f"at most {MAX_METRICS} metrics, got {len(header.metrics)}")
         with self._cond:
-            self._robot(robot_id)
+            weight = self._sample_weight(self._robot(robot_id), header.num_samples)
             self._touch(robot_id)
             self._require_strategy()
             self._open_round_for(robot_id, rnd)
@@ -644,7 +644,7 @@ class Coordinator:
                     "was discarded: ask for the round plan"
                 )
             record = UpdateRecord(
-                rnd, robot_id, header.num_samples, header.num_steps, dict(header.metrics), key
+                rnd, robot_id, weight, header.num_steps, dict(header.metrics), key
             )
             self.store.add_update(record)
             self._round.reported[robot_id] = record
@@ -653,6 +653,29 @@ class Coordinator:
             self._maybe_close()
             self._cond.notify_all()
             return UploadReceipt(rnd, accepted, selected)
+
+    def _sample_weight(self, robot: RobotRecord, claimed: int) -> int:
+        """The aggregation weight of an update claiming ``claimed`` samples (never more than the
+        robot registered; see validation.sample_weights)."""
+        policy, registered = self.config.validation.sample_weights, robot.num_samples
+        if policy == "equal":
+            return 1
+        if policy == "registered":
+            return registered
+        if claimed != registered and policy == "strict":
+            raise InvalidArgumentError(
+                f"the update claims {claimed} samples but robot {robot.robot_id!r} registered "
+                f"{registered} (validation.sample_weights: strict): re-register with the count"
+            )
+        if claimed > registered:
+            log.warning(
+                "robot %s claims %d samples, registered %d: weighted %d",
+                robot.robot_id,
+                claimed,
+                registered,
+                registered,
+            )
+        return min(claimed, registered)
 
     def _check_not_duplicate(self, robot_id: str, rnd: int) -> None:
         assert self._round is not None

@@ -141,3 +141,25 @@ def test_round_plan_with_non_finite_or_negative_wait_is_rejected_without_spinnin
     assert time.process_time() - cpu0 < 2.0  # no server thread left spinning
     assert world.snapshot() == before
     world.honest_robots_are_served()
+
+
+# -- (4) the sample count in the upload header is not trusted -------------------------------------
+def test_inflated_sample_count_is_weighted_by_the_registered_count(world: World) -> None:
+    registered = robot_profile(B).num_samples
+    world.upload_raw(world.update(), num_samples=10**12)
+    (rec,) = [u for u in world.server.store.load().updates if u.robot_id == B]
+    assert rec.num_samples == registered
+    world.honest_robots_are_served(expected_accepted=2)
+
+
+def test_inflated_sample_count_is_rejected_in_strict_mode(
+    world_factory: Callable[..., World],
+) -> None:
+    world = world_factory(validation={"sample_weights": "strict"})
+    before = world.snapshot()
+    err = _rejected(lambda: world.upload_raw(world.update(), num_samples=10**12))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+    assert "registered" in (err.details() or "")
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
+    world.upload_raw(world.update())  # the honest count is accepted
