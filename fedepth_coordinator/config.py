@@ -151,8 +151,11 @@ SAMPLE_WEIGHTS = ("clipped", "registered", "strict", "equal")
 
 @dataclass(frozen=True)
 class ValidationConfig:
-    #: Largest accepted L2 distance between an update and the model it was trained from.
+    #: Largest accepted L2 distance between an update and the model it was trained from; also
+    #: the largest L2 norm of each extra group (SCAFFOLD control deltas, ...).
     max_update_norm: float | None = None
+    #: Bounds by group name ("state", "control_delta", ...) that override max_update_norm.
+    max_group_norms: Mapping[str, float] = field(default_factory=dict)
     #: Largest descriptor dimension accepted.
     max_descriptor_dim: int = 8192
     #: Most algorithm extra groups (control variates, ...) an update may carry.
@@ -235,6 +238,12 @@ def _check(c: CoordinatorConfig) -> None:
         "must be > 0 or null",
     )
     need(v.max_extra_groups >= 0, "validation.max_extra_groups", "must be >= 0")
+    for gname, bound in v.max_group_norms.items():
+        need(
+            isinstance(bound, int | float) and bound > 0,
+            f"validation.max_group_norms.{gname}",
+            f"must be a number > 0, got {bound!r}",
+        )
     need(
         v.sample_weights in SAMPLE_WEIGHTS,
         "validation.sample_weights",

@@ -621,6 +621,7 @@ class Coordinator:
                 header.layout,
                 reference=reference,
                 max_norm=self.config.validation.max_update_norm,
+                group_norms=self.config.validation.max_group_norms,
             )
             with self._transfers, start_blob(self.store, key, header.layout) as writer:
 

@@ -163,3 +163,37 @@ def test_inflated_sample_count_is_rejected_in_strict_mode(
     assert world.snapshot() == before
     world.honest_robots_are_served()
     world.upload_raw(world.update())  # the honest count is accepted
+
+
+# -- (6) max_update_norm bounds every group, extras (SCAFFOLD control deltas) included -----------
+@pytest.mark.parametrize("value", [3e38, np.inf])
+def test_huge_control_delta_is_rejected_by_the_norm_bound(
+    value: float, world_factory: Callable[..., World]
+) -> None:
+    world = world_factory(validation={"max_update_norm": 1e6})
+    update = world.update()
+    huge = {k: np.full_like(v, value) for k, v in update.state.items()}
+    before = world.snapshot()
+    err = _rejected(lambda: world.upload_raw(update, extra={"scaffold.control_delta": huge}))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+    assert "extra group 'scaffold.control_delta'" in (err.details() or "") or (
+        "NaN or Inf" in (err.details() or "")
+    )
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
+    small = {k: np.full_like(v, 1e-3) for k, v in update.state.items()}
+    assert world.upload_raw(update, extra={"scaffold.control_delta": small}).accepted == 2
+
+
+def test_per_group_norm_bound_overrides_max_update_norm(
+    world_factory: Callable[..., World],
+) -> None:
+    world = world_factory(
+        validation={"max_update_norm": 1e6, "max_group_norms": {"scaffold.control_delta": 0.5}}
+    )
+    update = world.update()
+    delta = {k: np.full_like(v, 1e-2) for k, v in update.state.items()}  # norm ~2.2
+    err = _rejected(lambda: world.upload_raw(update, extra={"scaffold.control_delta": delta}))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "exceeds the bound 0.5" in (err.details() or "")
+    world.honest_robots_are_served()
