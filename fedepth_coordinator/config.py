@@ -158,6 +158,12 @@ class ValidationConfig:
     max_group_norms: Mapping[str, float] = field(default_factory=dict)
     #: Largest descriptor dimension accepted.
     max_descriptor_dim: int = 8192
+    #: Descriptor dimension of the fleet (that of the encoder's features); null: the dimension
+    #: most robots sent before the fleet formed (never just the first robot's).
+    descriptor_dim: int | None = None
+    #: Descriptor means must lie in [-b, b] and variances in [1/b, b], so that divergences
+    #: between any two descriptors stay finite.
+    descriptor_bound: float = 1e8
     #: Most algorithm extra groups (control variates, ...) an update may carry.
     max_extra_groups: int = 4
     #: Largest total size of a robot's inline summaries (PACFL basis, ...), in bytes.
@@ -238,6 +244,12 @@ def _check(c: CoordinatorConfig) -> None:
         "must be > 0 or null",
     )
     need(v.max_extra_groups >= 0, "validation.max_extra_groups", "must be >= 0")
+    need(
+        v.descriptor_dim is None or 1 <= v.descriptor_dim <= v.max_descriptor_dim,
+        "validation.descriptor_dim",
+        "must be null or in [1, validation.max_descriptor_dim]",
+    )
+    need(v.descriptor_bound > 1, "validation.descriptor_bound", "must be > 1")
     for gname, bound in v.max_group_norms.items():
         need(
             isinstance(bound, int | float) and bound > 0,

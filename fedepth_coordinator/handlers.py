@@ -27,12 +27,14 @@ import math
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from fedepth.clustering import jeffreys_cross
 from fedepth.descriptor import Descriptor
 from fedepth.strategies import (
     ClientInfo,
@@ -43,6 +45,7 @@ from fedepth.strategies import (
     TrainTask,
     create_strategy,
 )
+from fedepth.strategies.pacfl import BASIS_KEY as PACFL_BASIS
 from fedepth_coordinator.blobs import BlobReader, start_blob, write_blob
 from fedepth_coordinator.config import CoordinatorConfig
 from fedepth_coordinator.domain import (
@@ -263,15 +266,29 @@ class Coordinator:
         self._last_seen[robot_id] = time.monotonic()
 
     def _ready(self) -> list[str]:
-        return sorted(rid for rid, r in self._robots.items() if r.descriptor is not None)
+        """Robots with a descriptor of the fleet's dimension, sorted by id."""
+        dim = self._expected_dim()
+        if dim is None:  # not fixed yet: the dimension most robots sent (one robot cannot
+            # impose its own on the fleet by sending first)
+            dims = Counter(r.descriptor.dim for r in self._robots.values() if r.descriptor)
+            dim = min(dims, key=lambda d: (-dims[d], d)) if dims else None
+        return sorted(
+            rid
+            for rid, r in self._robots.items()
+            if r.descriptor is not None and r.descriptor.dim == dim
+        )
 
     def _quorum(self, selected: int) -> int:
         return max(1, math.ceil(self.config.rounds.quorum * selected - 1e-9))
 
-    def _fleet_dim(self, exclude: str) -> int | None:
-        for rid, r in self._robots.items():
-            if rid != exclude and r.descriptor is not None:
-                return r.descriptor.dim
+    def _expected_dim(self) -> int | None:
+        """The descriptor dimension every robot must send: configured, else the members' once
+        the fleet formed (None before: any dimension is stored, the majority's forms it)."""
+        if self.config.validation.descriptor_dim is not None:
+            return self.config.validation.descriptor_dim
+        if self._members:
+            d = self._robots[self._members[0]].descriptor
+            return None if d is None else d.dim
         return None
 
     def _check_descriptor(self, robot_id: str, d: Descriptor) -> None:
@@ -282,11 +299,57 @@ class Coordinator:
             )
         if d.num_frames <= 0:
             raise InvalidArgumentError(f"descriptor num_frames must be > 0, got {d.num_frames}")
-        dim = self._fleet_dim(exclude=robot_id)
+        dim = self._expected_dim()
         if dim is not None and d.dim != dim:
             raise InvalidArgumentError(
                 f"descriptor has {d.dim} dimensions but the fleet's have {dim}: compute it "
                 "with the same encoder as the other robots"
+            )
+        bound = v.descriptor_bound
+        if not (
+            np.abs(d.mean).max() <= bound and 1 / bound <= d.var.min() <= d.var.max() <= bound
+        ):
+            raise InvalidArgumentError(
+                f"descriptor out of range: means must lie in [-{bound:g}, {bound:g}] and "
+                f"variances in [{1 / bound:g}, {bound:g}] (validation.descriptor_bound)"
+            )
+        others = [
+            r.descriptor
+            for rid, r in self._robots.items()
+            if rid != robot_id and r.descriptor is not None and r.descriptor.dim == d.dim
+        ]
+        if others:
+            with np.errstate(all="ignore"):
+                div = jeffreys_cross(
+                    d.mean[None],
+                    d.var[None],
+                    np.stack([o.mean for o in others]),
+                    np.stack([o.var for o in others]),
+                )
+            if not np.isfinite(div).all():
+                raise InvalidArgumentError(
+                    "descriptor's divergence to the fleet's is not finite: it cannot be clustered"
+                )
+
+    @staticmethod
+    def _check_summaries(d: Descriptor, summaries: Mapping[str, np.ndarray]) -> None:
+        basis = summaries.get(PACFL_BASIS)
+        if basis is None:
+            return
+        b = np.asarray(basis)
+        if b.ndim != 2 or b.shape[0] != d.dim or not 1 <= b.shape[1] <= d.dim:
+            raise InvalidArgumentError(
+                f"summary {PACFL_BASIS!r} must be a D x p basis with D = {d.dim} (the "
+                f"descriptor's dimension) and 1 <= p <= D, got shape {list(b.shape)}"
+            )
+        if b.dtype.kind != "f":
+            raise InvalidArgumentError(f"summary {PACFL_BASIS!r} must be floating point")
+        b = b.astype(np.float64)
+        gram = np.einsum("ij,ik->jk", b, b)
+        if not np.allclose(gram, np.eye(b.shape[1]), atol=1e-3):
+            raise InvalidArgumentError(
+                f"summary {PACFL_BASIS!r} must have orthonormal columns "
+                "(fedepth.clustering.subspace_basis)"
             )
 
     def _require_strategy(self) -> Strategy:
@@ -353,6 +416,7 @@ class Coordinator:
             old = self._robot(robot_id)
             self._touch(robot_id)
             self._check_descriptor(robot_id, descriptor)
+            self._check_summaries(descriptor, summaries)
             if robot_id in self._member_set:
                 if not (
                     _same_descriptor(old.descriptor, descriptor)

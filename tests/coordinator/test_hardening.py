@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -13,12 +14,14 @@ import grpc
 import numpy as np
 import pytest
 
+from fedepth.clustering import subspace_basis
+from fedepth.descriptor import Descriptor
 from fedepth.strategies import ClientUpdate
 from fedepth_coordinator import serde, wire
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2_grpc as pb_grpc
 from fedepth_coordinator.auth import call_metadata
-from fedepth_coordinator.client import CoordinatorClient, open_channel
+from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient, open_channel
 from fedepth_coordinator.config import CoordinatorConfig
 from fedepth_coordinator.domain import UpdateHeader
 from fedepth_coordinator.server import CoordinatorServer, running
@@ -27,6 +30,7 @@ from fedepth_coordinator.tensors import Layout, iter_chunks
 
 ROBOTS = robot_ids(4)
 A, B = ROBOTS[0], ROBOTS[1]
+MALLORY = "robot-005"  # has credentials; not one of the honest ROBOTS
 
 
 @dataclass
@@ -91,17 +95,25 @@ def world_factory(
 ) -> Iterator[Callable[..., World]]:
     stack: list[tuple[Any, grpc.Channel]] = []
 
-    def factory(**sections: dict[str, Any]) -> World:
+    def factory(
+        *,
+        first: Callable[[CoordinatorClient], None] | None = None,
+        summaries: Callable[[str], dict[str, np.ndarray]] | None = None,
+        **sections: dict[str, Any],
+    ) -> World:
+        """A formed fleet; ``first`` runs as the attacker (MALLORY) before anyone registers."""
         sections.setdefault("rounds", {"num_rounds": 2, "min_robots": 4})
         ctx = running(config_factory(**sections))
         server = ctx.__enter__()
         channel = open_channel(f"127.0.0.1:{server.port}")
         stack.append((ctx, channel))
+        if first is not None:
+            first(CoordinatorClient(channel, MALLORY, creds.tokens[MALLORY]))
         clients = {r: CoordinatorClient(channel, r, creds.tokens[r]) for r in ROBOTS}
         for rid, client in clients.items():
             p = robot_profile(rid)
             client.register(p.num_samples, p.labels)
-            client.upload_descriptor(p.descriptor)
+            client.upload_descriptor(p.descriptor, summaries(rid) if summaries else None)
         return World(server, clients, channel, pb_grpc.CoordinatorStub(channel), creds.tokens)
 
     yield factory
@@ -196,4 +208,117 @@ def test_per_group_norm_bound_overrides_max_update_norm(
     err = _rejected(lambda: world.upload_raw(update, extra={"scaffold.control_delta": delta}))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "exceeds the bound 0.5" in (err.details() or "")
+    world.honest_robots_are_served()
+
+
+# -- (7) one robot cannot stop the fleet from forming ---------------------------------------------
+def _mallory_registers(client: CoordinatorClient) -> None:
+    client.register(50, {})
+
+
+def _descriptor(mean: float | list[float], var: float | list[float], dim: int = 8) -> Descriptor:
+    m = np.broadcast_to(np.asarray(mean, dtype=np.float64), (dim,)).copy()
+    v = np.broadcast_to(np.asarray(var, dtype=np.float64), (dim,)).copy()
+    return Descriptor(mean=m, var=v, num_frames=4)
+
+
+def test_first_descriptor_of_another_dimension_does_not_fix_the_fleets(
+    world_factory: Callable[..., World],
+) -> None:
+    def first(mallory: CoordinatorClient) -> None:
+        _mallory_registers(mallory)
+        mallory.upload_descriptor(_descriptor(0.0, 1.0, dim=3))
+
+    world = world_factory(first=first)
+    status = world.server.coordinator.fleet_status()
+    assert status.phase.name == "TRAINING"
+    assert sorted(r.robot_id for r in status.robots if r.member) == ROBOTS
+    before = world.snapshot()
+    err = _rejected(
+        lambda: world.stub.UploadDescriptor(
+            pb.UploadDescriptorRequest(
+                robot_id=MALLORY,
+                descriptor=pb.Descriptor(mean=[0.0] * 3, var=[1.0] * 3, num_frames=4),
+            ),
+            metadata=world.md(MALLORY),
+            timeout=20,
+        )
+    )
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+    assert "the fleet's have 8" in (err.details() or "")
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
+
+
+def test_configured_descriptor_dimension_rejects_any_other(
+    world_factory: Callable[..., World],
+) -> None:
+    rejected: list[grpc.StatusCode] = []
+
+    def first(mallory: CoordinatorClient) -> None:
+        _mallory_registers(mallory)
+        try:
+            mallory.upload_descriptor(_descriptor(0.0, 1.0, dim=3))
+        except CoordinatorCallError as exc:
+            rejected.append(exc.code)
+
+    world = world_factory(first=first, validation={"descriptor_dim": 8})
+    assert rejected == [grpc.StatusCode.INVALID_ARGUMENT]
+    assert world.server.coordinator.fleet_status().phase.name == "TRAINING"
+    world.honest_robots_are_served()
+
+
+@pytest.mark.parametrize(
+    "mean, var", [(1e300, 1.0), (0.0, 1e-300), ([1e300, -1e300] * 4, 1e-300), (0.0, 1e300)]
+)
+def test_extreme_descriptor_is_rejected_and_the_fleet_still_forms(
+    mean: float, var: float, world_factory: Callable[..., World]
+) -> None:
+    rejected: list[tuple[grpc.StatusCode, str]] = []
+
+    def first(mallory: CoordinatorClient) -> None:
+        _mallory_registers(mallory)
+        try:
+            mallory.upload_descriptor(_descriptor(mean, var))
+        except CoordinatorCallError as exc:
+            rejected.append((exc.code, exc.details))
+
+    world = world_factory(first=first)
+    assert [c for c, _ in rejected] == [grpc.StatusCode.INVALID_ARGUMENT]
+    assert "validation.descriptor_bound" in rejected[0][1]
+    assert world.server.coordinator.fleet_status().phase.name == "TRAINING"
+    snap = world.server.store.load()
+    assert next(r for r in snap.robots if r.robot_id == MALLORY).descriptor is None
+    cmap = world.clients[A].cluster_map()
+    assert cmap.clustered and sorted({m for c in cmap.clusters for m in c}) == ROBOTS
+    world.honest_robots_are_served()
+
+
+def _basis(rid: str, dim: int = 8, p: int = 3) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(zlib.crc32(rid.encode()))
+    return {"pacfl_basis": subspace_basis(rng.normal(size=(dim, 12)), p)}
+
+
+@pytest.mark.parametrize(
+    "basis",
+    [np.ones((3, 8)), np.ones((8,)), np.ones((8, 9)), np.full((8, 2), 1.0), np.zeros((8, 0))],
+    ids=["transposed", "1-d", "too many columns", "not orthonormal", "empty"],
+)
+def test_malformed_pacfl_basis_is_rejected_at_upload(
+    basis: np.ndarray, world_factory: Callable[..., World]
+) -> None:
+    rejected: list[grpc.StatusCode] = []
+
+    def first(mallory: CoordinatorClient) -> None:
+        _mallory_registers(mallory)
+        try:
+            mallory.upload_descriptor(_descriptor(0.0, 1.0), {"pacfl_basis": basis})
+        except CoordinatorCallError as exc:
+            rejected.append(exc.code)
+
+    world = world_factory(first=first, summaries=_basis, strategy={"name": "pacfl", "params": {}})
+    assert rejected == [grpc.StatusCode.INVALID_ARGUMENT]
+    status = world.server.coordinator.fleet_status()
+    assert status.phase.name == "TRAINING"
+    assert sorted(r.robot_id for r in status.robots if r.member) == ROBOTS
     world.honest_robots_are_served()
