@@ -67,6 +67,7 @@ from fedepth_coordinator.domain import (
     UploadReceipt,
 )
 from fedepth_coordinator.errors import (
+    AbortedError,
     AlreadyExistsError,
     FailedPreconditionError,
     InvalidArgumentError,
@@ -749,8 +750,9 @@ class Coordinator:
                 f"robot {robot_id!r} already uploaded its update for round {rnd}"
             )
         if robot_id in self._round.uploading:
-            raise AlreadyExistsError(
-                f"an upload from robot {robot_id!r} for round {rnd} is already in progress"
+            raise AbortedError(
+                f"an upload from robot {robot_id!r} for round {rnd} is still in progress and "
+                "nothing is recorded yet: retry shortly (it is accepted or dropped when it ends)"
             )
 
     def tick(self) -> float | None:

@@ -15,6 +15,7 @@ from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2_grpc as pb_grpc
 from fedepth_coordinator.auth import caller_id
 from fedepth_coordinator.errors import (
+    AbortedError,
     AlreadyExistsError,
     CoordinatorError,
     FailedPreconditionError,
@@ -32,6 +33,7 @@ STATUS_CODES: dict[type[CoordinatorError], grpc.StatusCode] = {
     FailedPreconditionError: grpc.StatusCode.FAILED_PRECONDITION,
     NotFoundError: grpc.StatusCode.NOT_FOUND,
     AlreadyExistsError: grpc.StatusCode.ALREADY_EXISTS,
+    AbortedError: grpc.StatusCode.ABORTED,
     PermissionDeniedError: grpc.StatusCode.PERMISSION_DENIED,
     ResourceExhaustedError: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }

@@ -4,6 +4,7 @@ state is left alone, and honest robots are still served."""
 from __future__ import annotations
 
 import math
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -24,6 +25,7 @@ from fedepth_coordinator.auth import call_metadata
 from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient, open_channel
 from fedepth_coordinator.config import CoordinatorConfig
 from fedepth_coordinator.domain import UpdateHeader
+from fedepth_coordinator.robot import RobotLoop
 from fedepth_coordinator.server import CoordinatorServer, running
 from fedepth_coordinator.simulate import deterministic_train, robot_ids, robot_profile
 from fedepth_coordinator.tensors import Layout, iter_chunks
@@ -322,3 +324,69 @@ def test_malformed_pacfl_basis_is_rejected_at_upload(
     assert status.phase.name == "TRAINING"
     assert sorted(r.robot_id for r in status.robots if r.member) == ROBOTS
     world.honest_robots_are_served()
+
+
+# -- (3) "already accepted" and "still streaming" are two status codes ---------------------------
+def test_retry_while_the_first_upload_streams_is_aborted_not_already_exists(
+    world: World,
+) -> None:
+    update = world.update()
+    groups = {"state": dict(update.state)}
+    header = UpdateHeader(B, 0, update.num_samples, Layout.of(groups))
+    chunks = list(iter_chunks([update.state], 4096, frame=wire.frame))
+    release = threading.Event()
+
+    def stalled() -> Iterator[Any]:
+        yield pb.UploadMessage(header=serde.update_header_to_pb(header))
+        yield chunks[0]
+        release.wait(20)
+        yield from chunks[1:]
+
+    upload = world.channel.stream_unary(
+        "/fedepth.v1.Coordinator/UploadUpdate",
+        request_serializer=wire.serialize,
+        response_deserializer=pb.UploadUpdateReply.FromString,
+    )
+    first = upload.future(stalled(), metadata=world.md(B), timeout=30)
+    deadline = time.monotonic() + 10
+    while B not in getattr(world.server.coordinator._round, "uploading", ()):
+        assert time.monotonic() < deadline, "the first upload never started"
+        time.sleep(0.02)
+    before = world.snapshot()
+    err = _rejected(lambda: world.upload_raw(update))
+    assert err.code() == grpc.StatusCode.ABORTED, err.details()
+    assert "still in progress" in (err.details() or "")
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
+    release.set()
+    assert first.result(timeout=20).accepted == 2
+    err = _rejected(lambda: world.upload_raw(update))
+    assert err.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert "already uploaded" in (err.details() or "")
+
+
+class _LyingClient(CoordinatorClient):
+    """Answers the first upload with ALREADY_EXISTS without sending it (an ambiguous reply)."""
+
+    lied = False
+
+    def upload_update(self, round: int, update: ClientUpdate) -> Any:
+        if not self.lied:
+            self.lied = True
+            raise CoordinatorCallError("UploadUpdate", grpc.StatusCode.ALREADY_EXISTS, "stale")
+        return super().upload_update(round, update)
+
+
+def test_robot_loop_counts_a_duplicate_only_once_the_coordinator_recorded_it(
+    world: World, creds: Any
+) -> None:
+    client = _LyingClient(world.channel, B, creds.tokens[B])
+    p = robot_profile(B)
+    stop = threading.Event()
+    loop = RobotLoop(client, p, deterministic_train(B, p.num_samples), stop=stop, poll_s=0.2)
+    delivered: list[bool] = []
+    update = world.update()
+    delivered.append(loop._deliver(0, update))
+    assert client.lied and delivered == [True]
+    assert B in {u.robot_id for u in world.server.store.load().updates}
+    world.honest_robots_are_served(expected_accepted=2)
