@@ -390,3 +390,40 @@ def test_robot_loop_counts_a_duplicate_only_once_the_coordinator_recorded_it(
     assert client.lied and delivered == [True]
     assert B in {u.robot_id for u in world.server.store.load().updates}
     world.honest_robots_are_served(expected_accepted=2)
+
+
+# -- (8) a typo in the credentials file while running keeps the previous credentials --------------
+@pytest.mark.parametrize(
+    "broken",
+    [
+        "principals: {robot-000: {role: robot, token_sha256: [unclosed\n",  # YAML syntax
+        "principals:\n  robot-000: {role: admiral, token_sha256: abc}\n",  # bad entry
+        "- just\n- a list\n",
+    ],
+    ids=["yaml syntax", "bad entry", "not a mapping"],
+)
+def test_credentials_typo_while_running_keeps_the_previous_credentials(
+    broken: str, world: World, creds: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    good = creds.path.read_text()
+    before = world.snapshot()
+    creds.path.write_text(broken)
+    with caplog.at_level("ERROR", logger="fedepth_coordinator.auth"):
+        for _ in range(3):
+            assert world.clients[B].round_plan(0).round == 0
+        # a wrong token is still refused under the kept credentials
+        err = _rejected(
+            lambda: world.stub.Register(
+                pb.RegisterRequest(robot_id=B, num_samples=5),
+                metadata=call_metadata(B, "not-the-token"),
+                timeout=20,
+            )
+        )
+        assert err.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert world.snapshot() == before
+        world.honest_robots_are_served()
+    assert sum("keeping the previous" in r.message for r in caplog.records) == 1
+    creds.path.write_text(good)
+    token = creds.add("robot-new")  # the fixed file is picked up again
+    reg = CoordinatorClient(world.channel, "robot-new", token).register(10, {})
+    assert not reg.member
