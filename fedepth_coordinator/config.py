@@ -44,6 +44,12 @@ class ServerConfig:
     #: coordinator then buffers whole uploads of many robots at once, even those waiting for a
     #: transfer slot; off bounds that, at some cost in throughput on high-latency links.
     bdp_probe: bool = False
+    #: Weight streams one principal may have in flight at once (the others are
+    #: RESOURCE_EXHAUSTED), so that one robot cannot hold every transfer slot.
+    max_transfers_per_robot: int = 2
+    #: A weight stream that moves no chunk for this long (a robot that stopped reading or
+    #: sending) is cancelled and frees its slot, in seconds; null: never.
+    stream_idle_s: float | None = 60.0
     #: Longest a GetRoundPlan call waits for a new round, in seconds.
     max_wait_s: float = 20.0
     #: Seconds in-flight calls get to finish on shutdown.
@@ -217,6 +223,12 @@ def _check(c: CoordinatorConfig) -> None:
     )
     need(s.max_wait_s >= 0, "server.max_wait_s", "must be >= 0")
     need(s.max_transfers >= 1, "server.max_transfers", f"must be >= 1, got {s.max_transfers}")
+    need(s.max_transfers_per_robot >= 1, "server.max_transfers_per_robot", "must be >= 1")
+    need(
+        s.stream_idle_s is None or s.stream_idle_s > 0,
+        "server.stream_idle_s",
+        "must be > 0 or null",
+    )
     need(r.num_rounds >= 1, "rounds.num_rounds", f"must be >= 1, got {r.num_rounds}")
     need(r.min_robots >= 1, "rounds.min_robots", f"must be >= 1, got {r.min_robots}")
     need(0 < r.fraction <= 1, "rounds.fraction", f"must lie in (0, 1], got {r.fraction}")

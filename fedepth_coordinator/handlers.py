@@ -171,6 +171,8 @@ class Coordinator:
         self._history: list[RoundRecord] = []
         #: weight streams (downloads, uploads, routed models) allowed in flight at once
         self._transfers = threading.BoundedSemaphore(config.server.max_transfers)
+        #: weight streams each principal has open (server.max_transfers_per_robot)
+        self._streams: Counter[str] = Counter()
         self._restore()
 
     # -- start-up ----------------------------------------------------------------------------
@@ -534,8 +536,26 @@ class Coordinator:
     def _chunk_bytes(self) -> int:
         return self.config.server.chunk_bytes
 
-    def _payload(self, groups: list[Mapping[str, np.ndarray]]) -> Payload:
-        return Payload(groups, self._chunk_bytes, self._transfers)
+    def _payload(self, groups: list[Mapping[str, np.ndarray]], principal: str) -> Payload:
+        """A stream of ``groups`` for ``principal``, counted against its own transfer limit."""
+        if not groups:
+            return Payload(groups, self._chunk_bytes, self._transfers)
+        limit = self.config.server.max_transfers_per_robot
+        with self._cond:
+            if self._streams[principal] >= limit:
+                raise ResourceExhaustedError(
+                    f"{principal!r} already has {limit} weight streams in flight "
+                    "(server.max_transfers_per_robot): finish or cancel one first"
+                )
+            self._streams[principal] += 1
+
+        def release() -> None:
+            with self._cond:
+                self._streams[principal] -= 1
+                if self._streams[principal] <= 0:
+                    del self._streams[principal]
+
+        return Payload(groups, self._chunk_bytes, self._transfers, on_close=release)
 
     # -- rounds ------------------------------------------------------------------------------
     def _new_round(self, number: int) -> RoundRecord:
@@ -634,7 +654,7 @@ class Coordinator:
         header = ModelHeader(
             rnd, Layout.of(groups), task.hook, dict(task.hook_params), recipe=task.recipe
         )
-        return ModelStream(header, self._payload(list(groups.values())))
+        return ModelStream(header, self._payload(list(groups.values()), caller))
 
     def _open_round_for(self, robot_id: str, rnd: int) -> RoundRecord:
         if self._round is None:
@@ -872,7 +892,9 @@ class Coordinator:
             tuple(float(w) for w in decision.weights),
             layout,
         )
-        return RouteStream(header, self._payload([decision.state] if include_model else []))
+        return RouteStream(
+            header, self._payload([decision.state] if include_model else [], caller)
+        )
 
     def cluster_map(self) -> ClusterMap:
         with self._cond:

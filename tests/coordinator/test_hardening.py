@@ -427,3 +427,81 @@ def test_credentials_typo_while_running_keeps_the_previous_credentials(
     token = creds.add("robot-new")  # the fixed file is picked up again
     reg = CoordinatorClient(world.channel, "robot-new", token).register(10, {})
     assert not reg.member
+
+
+# -- (2) idle streams time out on the server; one robot cannot hold every transfer slot ----------
+def _download_header_only(world: World, rid: str) -> Any:
+    call = world.stub.DownloadModel(
+        pb.DownloadModelRequest(robot_id=rid, round=0), metadata=world.md(rid)
+    )
+    first = next(call)
+    assert first.WhichOneof("body") == "header"
+    return call
+
+
+def test_one_robot_cannot_hold_every_transfer_slot(world_factory: Callable[..., World]) -> None:
+    world = world_factory(
+        server={"max_transfers": 4, "max_transfers_per_robot": 2, "stream_idle_s": 30.0},
+        model={"synthetic": {"num_tensors": 4, "size_mb": 16.0}},
+    )
+    held = [_download_header_only(world, B) for _ in range(2)]
+    before = world.snapshot()
+    err = _rejected(lambda: _download_header_only(world, B))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.details()
+    assert "max_transfers_per_robot" in (err.details() or "")
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
+    for call in held:
+        call.cancel()
+    deadline = time.monotonic() + 10
+    while world.server.coordinator._streams.get(B):
+        assert time.monotonic() < deadline, "cancelled downloads kept their slots"
+        time.sleep(0.05)
+    assert world.update().cid == B  # B may download again
+
+
+def test_download_reading_only_the_header_is_cancelled_when_idle(
+    world_factory: Callable[..., World],
+) -> None:
+    world = world_factory(
+        server={"max_transfers": 1, "stream_idle_s": 1.0},
+        model={"synthetic": {"num_tensors": 4, "size_mb": 16.0}},
+    )
+    call = _download_header_only(world, B)  # holds the only transfer slot
+    before = world.snapshot()
+    t0 = time.monotonic()
+    world.honest_robots_are_served()  # waits for the slot, which the idle watch frees
+    assert time.monotonic() - t0 < 15
+    err = _rejected(lambda: list(call))
+    assert err.code() == grpc.StatusCode.CANCELLED
+    assert world.snapshot()[2] == before[2]
+
+
+def test_slowloris_upload_without_deadline_is_cancelled_when_idle(
+    world_factory: Callable[..., World],
+) -> None:
+    world = world_factory(server={"stream_idle_s": 1.0})
+    update = world.update()
+    header = UpdateHeader(B, 0, update.num_samples, Layout.of({"state": dict(update.state)}))
+    chunks = list(iter_chunks([update.state], 4096, frame=wire.frame))
+    stop = threading.Event()
+
+    def slow() -> Iterator[Any]:
+        yield pb.UploadMessage(header=serde.update_header_to_pb(header))
+        yield chunks[0]
+        stop.wait(30)
+
+    upload = world.channel.stream_unary(
+        "/fedepth.v1.Coordinator/UploadUpdate",
+        request_serializer=wire.serialize,
+        response_deserializer=pb.UploadUpdateReply.FromString,
+    )
+    before = world.snapshot()
+    t0 = time.monotonic()
+    err = _rejected(lambda: upload(slow(), metadata=world.md(B)))  # no deadline
+    stop.set()
+    assert err.code() == grpc.StatusCode.CANCELLED, err.details()
+    assert time.monotonic() - t0 < 10
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
+    assert world.upload_raw(update).accepted == 2  # B's own retry is taken
