@@ -119,10 +119,16 @@ class Layout:
             if g.name in seen:
                 raise InvalidArgumentError(f"tensor group {g.name!r} appears twice")
             seen.add(g.name)
-            names = g.names()
-            if len(set(names)) != len(names):
-                dup = sorted({n for n in names if names.count(n) > 1})
-                raise InvalidArgumentError(f"group {g.name!r} repeats tensor names {dup[:5]}")
+            names, unique = g.names(), set()
+            dup: list[str] = []
+            for n in names:  # linear: a header of many names must not cost quadratic time
+                if n in unique:
+                    dup.append(n)
+                unique.add(n)
+            if dup:
+                raise InvalidArgumentError(
+                    f"group {g.name!r} repeats tensor names {sorted(set(dup))[:5]}"
+                )
 
     @classmethod
     def of(cls, groups: Mapping[str, Mapping[str, np.ndarray]]) -> Layout:
