@@ -202,7 +202,20 @@ class Coordinator:
                 "-" if self._round is None else self._round.record.round,
                 0 if self._round is None else len(self._round.reported),
             )
-        dropped = self.store.collect_garbage(keep)
+        if snap.run is None and self.store.blob_keys():
+            # no run recorded but blobs on disk: the database was lost or replaced, and the
+            # blobs may be the only copy of a run's models; never delete them
+            keys = self.store.blob_keys()
+            moved = [self.store.quarantine_blob(k) for k in keys]
+            log.warning(
+                "the state records no run but holds %d blobs (%s); they were moved aside, not "
+                "deleted, to %s. If state.db was lost or corrupted, stop, restore it from a "
+                "backup and move the blobs back; otherwise delete them",
+                len(keys),
+                ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else ""),
+                sorted({str(m).rsplit("/", 1)[0] for m in moved if m}) or "(kept in place)",
+            )
+        dropped = self.store.collect_garbage(keep) if snap.run is not None else []
         if dropped:
             log.info("removed %d unreferenced blobs left by an interrupted write", len(dropped))
         if snap.run is None:

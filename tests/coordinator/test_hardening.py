@@ -505,3 +505,41 @@ def test_slowloris_upload_without_deadline_is_cancelled_when_idle(
     assert world.snapshot() == before
     world.honest_robots_are_served()
     assert world.upload_raw(update).accepted == 2  # B's own retry is taken
+
+
+# -- (5) losing state.db never deletes the blobs --------------------------------------------------
+def test_lost_state_db_quarantines_the_blobs_instead_of_deleting_them(
+    config_factory: Callable[..., CoordinatorConfig],
+    creds: Any,
+    tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = config_factory(rounds={"num_rounds": 2, "min_robots": 4})
+    with running(config) as server:
+        channel = open_channel(f"127.0.0.1:{server.port}")
+        clients = {r: CoordinatorClient(channel, r, creds.tokens[r]) for r in ROBOTS}
+        for rid, c in clients.items():
+            p = robot_profile(rid)
+            c.register(p.num_samples, p.labels)
+            c.upload_descriptor(p.descriptor)
+        task = clients[A].download_model(0).task
+        clients[A].upload_update(0, deterministic_train(A, 10)(0, task))
+        blobs = server.store.blob_keys()
+        channel.close()
+    assert any(k.startswith("upd-") for k in blobs) and "initial" in blobs
+    state = tmp_path / "state"
+    for f in state.glob("state.db*"):
+        f.unlink()  # the database is lost
+    with caplog.at_level("WARNING"), running(config) as server:
+        assert server.store.blob_keys() == []
+        quarantined = sorted(
+            p.name.removesuffix(".safetensors") for p in (state / "quarantine").iterdir()
+        )
+        assert quarantined == blobs  # nothing deleted
+        assert any("moved aside, not deleted" in r.message for r in caplog.records)
+        channel = open_channel(f"127.0.0.1:{server.port}")
+        c = CoordinatorClient(channel, A, creds.tokens[A])
+        p = robot_profile(A)
+        assert not c.register(p.num_samples, p.labels).member  # a fresh run can form
+        assert c.health() == "SERVING"
+        channel.close()
