@@ -543,3 +543,16 @@ def test_lost_state_db_quarantines_the_blobs_instead_of_deleting_them(
         assert not c.register(p.num_samples, p.labels).member  # a fresh run can form
         assert c.health() == "SERVING"
         channel.close()
+
+
+# -- (9) the duplicate tensor-name check of an upload header is linear ---------------------------
+def test_huge_header_of_repeated_names_is_checked_in_linear_time() -> None:
+    from fedepth_coordinator.errors import InvalidArgumentError
+    from fedepth_coordinator.tensors import Group, TensorSpec
+
+    specs = tuple(TensorSpec(f"t{i}", "F32", (1,)) for i in range(100_000))
+    t0 = time.process_time()
+    Layout((Group("state", specs),))
+    with pytest.raises(InvalidArgumentError, match="repeats tensor names"):
+        Layout((Group("state", specs + specs[:50_000]),))
+    assert time.process_time() - t0 < 2.0
