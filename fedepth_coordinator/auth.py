@@ -116,6 +116,7 @@ class CredentialStore:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._stamp = self._stat()
+        self._bad_stamp: tuple[int, int] | None = None
         self._principals = read_credentials(self.path)
 
     def _stat(self) -> tuple[int, int]:
@@ -124,14 +125,25 @@ class CredentialStore:
 
     def principals(self) -> dict[str, Principal]:
         with self._lock:
+            stamp: tuple[int, int] | None = None
             try:
                 stamp = self._stat()
                 if stamp != self._stamp:
                     self._principals = read_credentials(self.path)
                     self._stamp = stamp
                     log.info("reloaded %d principals from %s", len(self._principals), self.path)
-            except (OSError, ValueError) as exc:
-                log.warning("keeping the previous credentials: %s", exc)
+            except (OSError, ValueError, TypeError, yaml.YAMLError) as exc:
+                # a typo while editing the file must not lock every robot out: keep serving
+                # the last good principals, and say so once per version of the file
+                if stamp is None or stamp != self._bad_stamp:
+                    log.error(
+                        "credentials file %s is invalid, keeping the previous %d principals "
+                        "until it is fixed: %s",
+                        self.path,
+                        len(self._principals),
+                        str(exc).replace("\n", " "),
+                    )
+                    self._bad_stamp = stamp
             return self._principals
 
     def verify(self, principal_id: str, token: str) -> Principal | None:

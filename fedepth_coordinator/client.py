@@ -46,7 +46,10 @@ DEFAULT_MAX_MESSAGE_BYTES = 4 << 20
 DEFAULT_CHUNK_BYTES = 1 << 20
 
 #: Statuses after which the same call may succeed later (coordinator restarting, overloaded).
-RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+#: ABORTED: a request on the same object (an upload) is still in progress; nothing recorded.
+RETRYABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED}
+)
 
 
 class CoordinatorCallError(RuntimeError):

@@ -44,6 +44,12 @@ class ServerConfig:
     #: coordinator then buffers whole uploads of many robots at once, even those waiting for a
     #: transfer slot; off bounds that, at some cost in throughput on high-latency links.
     bdp_probe: bool = False
+    #: Weight streams one principal may have in flight at once (the others are
+    #: RESOURCE_EXHAUSTED), so that one robot cannot hold every transfer slot.
+    max_transfers_per_robot: int = 2
+    #: A weight stream that moves no chunk for this long (a robot that stopped reading or
+    #: sending) is cancelled and frees its slot, in seconds; null: never.
+    stream_idle_s: float | None = 60.0
     #: Longest a GetRoundPlan call waits for a new round, in seconds.
     max_wait_s: float = 20.0
     #: Seconds in-flight calls get to finish on shutdown.
@@ -145,16 +151,34 @@ class ModelConfig:
     synthetic: SyntheticModelConfig = field(default_factory=SyntheticModelConfig)
 
 
+#: Values of validation.sample_weights.
+SAMPLE_WEIGHTS = ("clipped", "registered", "strict", "equal")
+
+
 @dataclass(frozen=True)
 class ValidationConfig:
-    #: Largest accepted L2 distance between an update and the model it was trained from.
+    #: Largest accepted L2 distance between an update and the model it was trained from; also
+    #: the largest L2 norm of each extra group (SCAFFOLD control deltas, ...).
     max_update_norm: float | None = None
+    #: Bounds by group name ("state", "control_delta", ...) that override max_update_norm.
+    max_group_norms: Mapping[str, float] = field(default_factory=dict)
     #: Largest descriptor dimension accepted.
     max_descriptor_dim: int = 8192
+    #: Descriptor dimension of the fleet (that of the encoder's features); null: the dimension
+    #: most robots sent before the fleet formed (never just the first robot's).
+    descriptor_dim: int | None = None
+    #: Descriptor means must lie in [-b, b] and variances in [1/b, b], so that divergences
+    #: between any two descriptors stay finite.
+    descriptor_bound: float = 1e8
     #: Most algorithm extra groups (control variates, ...) an update may carry.
     max_extra_groups: int = 4
     #: Largest total size of a robot's inline summaries (PACFL basis, ...), in bytes.
     max_summary_bytes: int = 1 << 20
+    #: Aggregation weight of an update, given the sample count in its header and the one the
+    #: robot registered: "clipped" (the header's, at most the registered one), "registered"
+    #: (always the registered one), "strict" (a header that differs is INVALID_ARGUMENT) or
+    #: "equal" (every update weighs 1). The header's count alone is never trusted.
+    sample_weights: str = "clipped"
 
 
 @dataclass(frozen=True)
@@ -199,6 +223,12 @@ def _check(c: CoordinatorConfig) -> None:
     )
     need(s.max_wait_s >= 0, "server.max_wait_s", "must be >= 0")
     need(s.max_transfers >= 1, "server.max_transfers", f"must be >= 1, got {s.max_transfers}")
+    need(s.max_transfers_per_robot >= 1, "server.max_transfers_per_robot", "must be >= 1")
+    need(
+        s.stream_idle_s is None or s.stream_idle_s > 0,
+        "server.stream_idle_s",
+        "must be > 0 or null",
+    )
     need(r.num_rounds >= 1, "rounds.num_rounds", f"must be >= 1, got {r.num_rounds}")
     need(r.min_robots >= 1, "rounds.min_robots", f"must be >= 1, got {r.min_robots}")
     need(0 < r.fraction <= 1, "rounds.fraction", f"must lie in (0, 1], got {r.fraction}")
@@ -226,6 +256,23 @@ def _check(c: CoordinatorConfig) -> None:
         "must be > 0 or null",
     )
     need(v.max_extra_groups >= 0, "validation.max_extra_groups", "must be >= 0")
+    need(
+        v.descriptor_dim is None or 1 <= v.descriptor_dim <= v.max_descriptor_dim,
+        "validation.descriptor_dim",
+        "must be null or in [1, validation.max_descriptor_dim]",
+    )
+    need(v.descriptor_bound > 1, "validation.descriptor_bound", "must be > 1")
+    for gname, bound in v.max_group_norms.items():
+        need(
+            isinstance(bound, int | float) and bound > 0,
+            f"validation.max_group_norms.{gname}",
+            f"must be a number > 0, got {bound!r}",
+        )
+    need(
+        v.sample_weights in SAMPLE_WEIGHTS,
+        "validation.sample_weights",
+        f"must be one of {', '.join(SAMPLE_WEIGHTS)}, got {v.sample_weights!r}",
+    )
     need(c.model.synthetic.size_mb > 0, "model.synthetic.size_mb", "must be > 0")
     try:
         c.training.recipe()

@@ -84,13 +84,24 @@ class Payload:
     groups: list[Mapping[str, np.ndarray]]
     chunk_bytes: int
     slots: threading.Semaphore | None = None
+    #: Called once when the stream ends or is abandoned (see :meth:`close`).
+    on_close: Callable[[], None] | None = None
 
     def chunks(self, frame: Callable[[int], bytes] | None = None) -> Iterator[bytes]:
-        if self.slots is None:
-            yield from iter_chunks(self.groups, self.chunk_bytes, frame=frame)
-            return
-        with self.slots:
-            yield from iter_chunks(self.groups, self.chunk_bytes, frame=frame)
+        try:
+            if self.slots is None:
+                yield from iter_chunks(self.groups, self.chunk_bytes, frame=frame)
+                return
+            with self.slots:
+                yield from iter_chunks(self.groups, self.chunk_bytes, frame=frame)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Release what the stream holds (idempotent; also when :meth:`chunks` never ran)."""
+        done, self.on_close = self.on_close, None
+        if done is not None:
+            done()
 
 
 @dataclass

@@ -20,7 +20,12 @@ class NotFoundError(CoordinatorError):
 
 
 class AlreadyExistsError(CoordinatorError):
-    """The request repeats something already accepted (a duplicate upload)."""
+    """The request repeats something already accepted and recorded (a duplicate upload)."""
+
+
+class AbortedError(CoordinatorError):
+    """A request on the same object is still in progress (an upload streaming): nothing was
+    recorded yet; retry after a short wait."""
 
 
 class PermissionDeniedError(CoordinatorError):

@@ -27,12 +27,14 @@ import math
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from fedepth.clustering import jeffreys_cross
 from fedepth.descriptor import Descriptor
 from fedepth.strategies import (
     ClientInfo,
@@ -43,6 +45,7 @@ from fedepth.strategies import (
     TrainTask,
     create_strategy,
 )
+from fedepth.strategies.pacfl import BASIS_KEY as PACFL_BASIS
 from fedepth_coordinator.blobs import BlobReader, start_blob, write_blob
 from fedepth_coordinator.config import CoordinatorConfig
 from fedepth_coordinator.domain import (
@@ -64,6 +67,7 @@ from fedepth_coordinator.domain import (
     UploadReceipt,
 )
 from fedepth_coordinator.errors import (
+    AbortedError,
     AlreadyExistsError,
     FailedPreconditionError,
     InvalidArgumentError,
@@ -167,6 +171,8 @@ class Coordinator:
         self._history: list[RoundRecord] = []
         #: weight streams (downloads, uploads, routed models) allowed in flight at once
         self._transfers = threading.BoundedSemaphore(config.server.max_transfers)
+        #: weight streams each principal has open (server.max_transfers_per_robot)
+        self._streams: Counter[str] = Counter()
         self._restore()
 
     # -- start-up ----------------------------------------------------------------------------
@@ -196,7 +202,20 @@ class Coordinator:
                 "-" if self._round is None else self._round.record.round,
                 0 if self._round is None else len(self._round.reported),
             )
-        dropped = self.store.collect_garbage(keep)
+        if snap.run is None and self.store.blob_keys():
+            # no run recorded but blobs on disk: the database was lost or replaced, and the
+            # blobs may be the only copy of a run's models; never delete them
+            keys = self.store.blob_keys()
+            moved = [self.store.quarantine_blob(k) for k in keys]
+            log.warning(
+                "the state records no run but holds %d blobs (%s); they were moved aside, not "
+                "deleted, to %s. If state.db was lost or corrupted, stop, restore it from a "
+                "backup and move the blobs back; otherwise delete them",
+                len(keys),
+                ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else ""),
+                sorted({str(m).rsplit("/", 1)[0] for m in moved if m}) or "(kept in place)",
+            )
+        dropped = self.store.collect_garbage(keep) if snap.run is not None else []
         if dropped:
             log.info("removed %d unreferenced blobs left by an interrupted write", len(dropped))
         if snap.run is None:
@@ -263,15 +282,29 @@ class Coordinator:
         self._last_seen[robot_id] = time.monotonic()
 
     def _ready(self) -> list[str]:
-        return sorted(rid for rid, r in self._robots.items() if r.descriptor is not None)
+        """Robots with a descriptor of the fleet's dimension, sorted by id."""
+        dim = self._expected_dim()
+        if dim is None:  # not fixed yet: the dimension most robots sent (one robot cannot
+            # impose its own on the fleet by sending first)
+            dims = Counter(r.descriptor.dim for r in self._robots.values() if r.descriptor)
+            dim = min(dims, key=lambda d: (-dims[d], d)) if dims else None
+        return sorted(
+            rid
+            for rid, r in self._robots.items()
+            if r.descriptor is not None and r.descriptor.dim == dim
+        )
 
     def _quorum(self, selected: int) -> int:
         return max(1, math.ceil(self.config.rounds.quorum * selected - 1e-9))
 
-    def _fleet_dim(self, exclude: str) -> int | None:
-        for rid, r in self._robots.items():
-            if rid != exclude and r.descriptor is not None:
-                return r.descriptor.dim
+    def _expected_dim(self) -> int | None:
+        """The descriptor dimension every robot must send: configured, else the members' once
+        the fleet formed (None before: any dimension is stored, the majority's forms it)."""
+        if self.config.validation.descriptor_dim is not None:
+            return self.config.validation.descriptor_dim
+        if self._members:
+            d = self._robots[self._members[0]].descriptor
+            return None if d is None else d.dim
         return None
 
     def _check_descriptor(self, robot_id: str, d: Descriptor) -> None:
@@ -282,11 +315,57 @@ class Coordinator:
             )
         if d.num_frames <= 0:
             raise InvalidArgumentError(f"descriptor num_frames must be > 0, got {d.num_frames}")
-        dim = self._fleet_dim(exclude=robot_id)
+        dim = self._expected_dim()
         if dim is not None and d.dim != dim:
             raise InvalidArgumentError(
                 f"descriptor has {d.dim} dimensions but the fleet's have {dim}: compute it "
                 "with the same encoder as the other robots"
+            )
+        bound = v.descriptor_bound
+        if not (
+            np.abs(d.mean).max() <= bound and 1 / bound <= d.var.min() <= d.var.max() <= bound
+        ):
+            raise InvalidArgumentError(
+                f"descriptor out of range: means must lie in [-{bound:g}, {bound:g}] and "
+                f"variances in [{1 / bound:g}, {bound:g}] (validation.descriptor_bound)"
+            )
+        others = [
+            r.descriptor
+            for rid, r in self._robots.items()
+            if rid != robot_id and r.descriptor is not None and r.descriptor.dim == d.dim
+        ]
+        if others:
+            with np.errstate(all="ignore"):
+                div = jeffreys_cross(
+                    d.mean[None],
+                    d.var[None],
+                    np.stack([o.mean for o in others]),
+                    np.stack([o.var for o in others]),
+                )
+            if not np.isfinite(div).all():
+                raise InvalidArgumentError(
+                    "descriptor's divergence to the fleet's is not finite: it cannot be clustered"
+                )
+
+    @staticmethod
+    def _check_summaries(d: Descriptor, summaries: Mapping[str, np.ndarray]) -> None:
+        basis = summaries.get(PACFL_BASIS)
+        if basis is None:
+            return
+        b = np.asarray(basis)
+        if b.ndim != 2 or b.shape[0] != d.dim or not 1 <= b.shape[1] <= d.dim:
+            raise InvalidArgumentError(
+                f"summary {PACFL_BASIS!r} must be a D x p basis with D = {d.dim} (the "
+                f"descriptor's dimension) and 1 <= p <= D, got shape {list(b.shape)}"
+            )
+        if b.dtype.kind != "f":
+            raise InvalidArgumentError(f"summary {PACFL_BASIS!r} must be floating point")
+        b = b.astype(np.float64)
+        gram = np.einsum("ij,ik->jk", b, b)
+        if not np.allclose(gram, np.eye(b.shape[1]), atol=1e-3):
+            raise InvalidArgumentError(
+                f"summary {PACFL_BASIS!r} must have orthonormal columns "
+                "(fedepth.clustering.subspace_basis)"
             )
 
     def _require_strategy(self) -> Strategy:
@@ -353,6 +432,7 @@ class Coordinator:
             old = self._robot(robot_id)
             self._touch(robot_id)
             self._check_descriptor(robot_id, descriptor)
+            self._check_summaries(descriptor, summaries)
             if robot_id in self._member_set:
                 if not (
                     _same_descriptor(old.descriptor, descriptor)
@@ -469,8 +549,26 @@ class Coordinator:
     def _chunk_bytes(self) -> int:
         return self.config.server.chunk_bytes
 
-    def _payload(self, groups: list[Mapping[str, np.ndarray]]) -> Payload:
-        return Payload(groups, self._chunk_bytes, self._transfers)
+    def _payload(self, groups: list[Mapping[str, np.ndarray]], principal: str) -> Payload:
+        """A stream of ``groups`` for ``principal``, counted against its own transfer limit."""
+        if not groups:
+            return Payload(groups, self._chunk_bytes, self._transfers)
+        limit = self.config.server.max_transfers_per_robot
+        with self._cond:
+            if self._streams[principal] >= limit:
+                raise ResourceExhaustedError(
+                    f"{principal!r} already has {limit} weight streams in flight "
+                    "(server.max_transfers_per_robot): finish or cancel one first"
+                )
+            self._streams[principal] += 1
+
+        def release() -> None:
+            with self._cond:
+                self._streams[principal] -= 1
+                if self._streams[principal] <= 0:
+                    del self._streams[principal]
+
+        return Payload(groups, self._chunk_bytes, self._transfers, on_close=release)
 
     # -- rounds ------------------------------------------------------------------------------
     def _new_round(self, number: int) -> RoundRecord:
@@ -532,7 +630,11 @@ class Coordinator:
     def round_plan(self, caller: str, robot_id: str, after_round: int, wait_s: float) -> RoundPlan:
         """The robot's plan; waits up to ``wait_s`` (capped) for one that is not WAIT."""
         self._check_caller(caller, robot_id)
-        end = time.monotonic() + min(max(wait_s, 0.0), self.config.server.max_wait_s)
+        if not math.isfinite(wait_s) or wait_s < 0:
+            raise InvalidArgumentError(
+                f"wait_s must be a finite number of seconds >= 0, got {wait_s!r}"
+            )
+        end = time.monotonic() + min(wait_s, self.config.server.max_wait_s)
         with self._cond:
             self._robot(robot_id)
             while True:
@@ -565,7 +667,7 @@ class Coordinator:
         header = ModelHeader(
             rnd, Layout.of(groups), task.hook, dict(task.hook_params), recipe=task.recipe
         )
-        return ModelStream(header, self._payload(list(groups.values())))
+        return ModelStream(header, self._payload(list(groups.values()), caller))
 
     def _open_round_for(self, robot_id: str, rnd: int) -> RoundRecord:
         if self._round is None:
@@ -598,7 +700,7 @@ class Coordinator:
         if len(header.metrics) > MAX_METRICS:
             raise InvalidArgumentError(f"at most {MAX_METRICS} metrics, got {len(header.metrics)}")
         with self._cond:
-            self._robot(robot_id)
+            weight = self._sample_weight(self._robot(robot_id), header.num_samples)
             self._touch(robot_id)
             self._require_strategy()
             self._open_round_for(robot_id, rnd)
@@ -617,6 +719,7 @@ class Coordinator:
                 header.layout,
                 reference=reference,
                 max_norm=self.config.validation.max_update_norm,
+                group_norms=self.config.validation.max_group_norms,
             )
             with self._transfers, start_blob(self.store, key, header.layout) as writer:
 
@@ -640,7 +743,7 @@ class Coordinator:
                     "was discarded: ask for the round plan"
                 )
             record = UpdateRecord(
-                rnd, robot_id, header.num_samples, header.num_steps, dict(header.metrics), key
+                rnd, robot_id, weight, header.num_steps, dict(header.metrics), key
             )
             self.store.add_update(record)
             self._round.reported[robot_id] = record
@@ -650,6 +753,29 @@ class Coordinator:
             self._cond.notify_all()
             return UploadReceipt(rnd, accepted, selected)
 
+    def _sample_weight(self, robot: RobotRecord, claimed: int) -> int:
+        """The aggregation weight of an update claiming ``claimed`` samples (never more than the
+        robot registered; see validation.sample_weights)."""
+        policy, registered = self.config.validation.sample_weights, robot.num_samples
+        if policy == "equal":
+            return 1
+        if policy == "registered":
+            return registered
+        if claimed != registered and policy == "strict":
+            raise InvalidArgumentError(
+                f"the update claims {claimed} samples but robot {robot.robot_id!r} registered "
+                f"{registered} (validation.sample_weights: strict): re-register with the count"
+            )
+        if claimed > registered:
+            log.warning(
+                "robot %s claims %d samples, registered %d: weighted %d",
+                robot.robot_id,
+                claimed,
+                registered,
+                registered,
+            )
+        return min(claimed, registered)
+
     def _check_not_duplicate(self, robot_id: str, rnd: int) -> None:
         assert self._round is not None
         if robot_id in self._round.reported:
@@ -657,8 +783,9 @@ class Coordinator:
                 f"robot {robot_id!r} already uploaded its update for round {rnd}"
             )
         if robot_id in self._round.uploading:
-            raise AlreadyExistsError(
-                f"an upload from robot {robot_id!r} for round {rnd} is already in progress"
+            raise AbortedError(
+                f"an upload from robot {robot_id!r} for round {rnd} is still in progress and "
+                "nothing is recorded yet: retry shortly (it is accepted or dropped when it ends)"
             )
 
     def tick(self) -> float | None:
@@ -778,7 +905,9 @@ class Coordinator:
             tuple(float(w) for w in decision.weights),
             layout,
         )
-        return RouteStream(header, self._payload([decision.state] if include_model else []))
+        return RouteStream(
+            header, self._payload([decision.state] if include_model else [], caller)
+        )
 
     def cluster_map(self) -> ClusterMap:
         with self._cond:

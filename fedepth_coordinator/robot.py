@@ -3,7 +3,9 @@
 :func:`run_robot` is the loop a robot node (or a benchmark's client process) runs around a
 :class:`~fedepth_coordinator.client.CoordinatorClient` and a training function; it survives a
 coordinator restart (retryable errors are retried for ``retry_for_s`` and the robot re-joins,
-which is idempotent) and treats a duplicate upload as already delivered.
+which is idempotent); a duplicate upload (ALREADY_EXISTS) counts as delivered only once the
+round plan confirms the coordinator recorded it, and an upload still in progress (ABORTED) is
+retried.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ log = logging.getLogger(__name__)
 TrainFn = Callable[[int, TrainTask], ClientUpdate]
 
 T = TypeVar("T")
+
+#: Uploads of one round's update before the robot gives up on that round.
+UPLOAD_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,6 @@ class RobotLoop:
                     raise
 
     def run(self) -> RobotReport:
-        rid = self.client.robot_id
         self._retrying(self.join)
         last = -1
         while not self.stop.is_set():
@@ -111,6 +115,16 @@ class RobotLoop:
             rnd = plan.round
             model = self._retrying(partial(self.client.download_model, rnd))
             update = self.train(rnd, model.task)
+            if self._deliver(rnd, update):
+                self.report.rounds.append(rnd)
+            last = rnd
+        return self.report
+
+    def _deliver(self, rnd: int, update: ClientUpdate) -> bool:
+        """Upload; True once the coordinator recorded the update. ALREADY_EXISTS counts only
+        after the coordinator's plan confirms it (the round no longer asks for this update)."""
+        rid = self.client.robot_id
+        for _ in range(UPLOAD_ATTEMPTS):
             try:
                 receipt = self._retrying(partial(self.client.upload_update, rnd, update))
                 log.debug(
@@ -120,16 +134,20 @@ class RobotLoop:
                     receipt.accepted,
                     receipt.selected,
                 )
-                self.report.rounds.append(rnd)
+                return True
             except CoordinatorCallError as exc:
-                if exc.code is grpc.StatusCode.ALREADY_EXISTS:
-                    self.report.rounds.append(rnd)  # delivered before a lost reply
-                elif exc.code is grpc.StatusCode.FAILED_PRECONDITION:
+                if exc.code is grpc.StatusCode.FAILED_PRECONDITION:
                     log.info("robot %s: round %d update not taken: %s", rid, rnd, exc.details)
-                else:
+                    return False
+                if exc.code is not grpc.StatusCode.ALREADY_EXISTS:
                     raise
-            last = rnd
-        return self.report
+            plan = self._retrying(partial(self.client.round_plan, rnd - 1, wait_s=0.0))
+            if not (plan.action is PlanAction.TRAIN and plan.round == rnd):
+                return True  # recorded before a lost reply: the round no longer asks for it
+            log.warning(
+                "robot %s: round %d upload reported as duplicate but not recorded", rid, rnd
+            )
+        return False
 
 
 def run_robot(

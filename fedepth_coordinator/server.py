@@ -114,7 +114,8 @@ class CoordinatorServer:
                 ("grpc.http2.max_pings_without_data", 0),
             ],
         )
-        add_to_server(CoordinatorServicer(self.coordinator), self._server)
+        servicer = CoordinatorServicer(self.coordinator, idle_s=config.server.stream_idle_s)
+        add_to_server(servicer, self._server)
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -15,6 +16,7 @@ from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2_grpc as pb_grpc
 from fedepth_coordinator.auth import caller_id
 from fedepth_coordinator.errors import (
+    AbortedError,
     AlreadyExistsError,
     CoordinatorError,
     FailedPreconditionError,
@@ -24,14 +26,18 @@ from fedepth_coordinator.errors import (
     ResourceExhaustedError,
 )
 from fedepth_coordinator.handlers import Coordinator
+from fedepth_coordinator.watchdog import IdleWatch
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 STATUS_CODES: dict[type[CoordinatorError], grpc.StatusCode] = {
     InvalidArgumentError: grpc.StatusCode.INVALID_ARGUMENT,
     FailedPreconditionError: grpc.StatusCode.FAILED_PRECONDITION,
     NotFoundError: grpc.StatusCode.NOT_FOUND,
     AlreadyExistsError: grpc.StatusCode.ALREADY_EXISTS,
+    AbortedError: grpc.StatusCode.ABORTED,
     PermissionDeniedError: grpc.StatusCode.PERMISSION_DENIED,
     ResourceExhaustedError: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
@@ -71,8 +77,17 @@ def _upload_data(
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     """Adapter from gRPC calls to :class:`~fedepth_coordinator.handlers.Coordinator`."""
 
-    def __init__(self, coordinator: Coordinator) -> None:
+    def __init__(self, coordinator: Coordinator, *, idle_s: float | None = None) -> None:
         self.coordinator = coordinator
+        #: cancels weight streams idle for longer than server.stream_idle_s
+        self._idle = IdleWatch(idle_s) if idle_s is not None else None
+
+    def _watched(
+        self, items: Iterator[T], context: grpc.ServicerContext, what: str
+    ) -> Iterator[T]:
+        if self._idle is None:
+            return items
+        return self._idle.watch(items, context.cancel, f"{what} of {caller_id(context)!r}")
 
     def Register(
         self, request: pb.RegisterRequest, context: grpc.ServicerContext
@@ -111,8 +126,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             stream = self.coordinator.download(
                 caller_id(context), request.robot_id, request.round, request.latest
             )
-        yield pb.DownloadMessage(header=serde.model_header_to_pb(stream.header))
-        yield from stream.payload.chunks(frame=wire.frame)
+        try:
+            yield pb.DownloadMessage(header=serde.model_header_to_pb(stream.header))
+            yield from self._watched(stream.payload.chunks(frame=wire.frame), context, "download")
+        finally:
+            stream.payload.close()
 
     def UploadUpdate(
         self,
@@ -124,9 +142,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             if not isinstance(first, pb.UploadMessage) or first.WhichOneof("body") != "header":
                 raise InvalidArgumentError("an upload must start with its header message")
             header = serde.update_header_from_pb(first.header)
-            receipt = self.coordinator.upload(
-                caller_id(context), header, _upload_data(request_iterator)
-            )
+            data = self._watched(_upload_data(request_iterator), context, "upload")
+            try:
+                receipt = self.coordinator.upload(caller_id(context), header, data)
+            finally:
+                getattr(data, "close", lambda: None)()  # stop watching an abandoned upload
             return serde.receipt_to_pb(receipt)
 
     def Route(
@@ -145,8 +165,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 labels=dict(request.labels),
                 summaries=serde.inline_from_pb(list(request.summaries)),
             )
-        yield pb.RouteMessage(header=serde.route_header_to_pb(stream.header))
-        yield from stream.payload.chunks(frame=wire.frame)
+        try:
+            yield pb.RouteMessage(header=serde.route_header_to_pb(stream.header))
+            yield from self._watched(stream.payload.chunks(frame=wire.frame), context, "route")
+        finally:
+            stream.payload.close()
 
     def GetClusterMap(
         self, request: pb.GetClusterMapRequest, context: grpc.ServicerContext

@@ -119,10 +119,16 @@ class Layout:
             if g.name in seen:
                 raise InvalidArgumentError(f"tensor group {g.name!r} appears twice")
             seen.add(g.name)
-            names = g.names()
-            if len(set(names)) != len(names):
-                dup = sorted({n for n in names if names.count(n) > 1})
-                raise InvalidArgumentError(f"group {g.name!r} repeats tensor names {dup[:5]}")
+            names, unique = g.names(), set()
+            dup: list[str] = []
+            for n in names:  # linear: a header of many names must not cost quadratic time
+                if n in unique:
+                    dup.append(n)
+                unique.add(n)
+            if dup:
+                raise InvalidArgumentError(
+                    f"group {g.name!r} repeats tensor names {sorted(set(dup))[:5]}"
+                )
 
     @classmethod
     def of(cls, groups: Mapping[str, Mapping[str, np.ndarray]]) -> Layout:
@@ -252,7 +258,10 @@ class StreamChecker:
 
     Rejects (``InvalidArgumentError``) more or fewer bytes than the layout announces and NaN or Inf
     in floating tensors; with ``reference`` (the model the robot downloaded) and ``max_norm``,
-    also rejects a state whose L2 distance to the reference exceeds the bound.
+    also rejects a state whose L2 distance to the reference exceeds the bound, and with
+    ``max_norm`` (or its entry in ``group_norms``) an extra group whose L2 norm exceeds it
+    (extras are deltas: control-variate changes and the like). ``group_norms`` bounds groups by
+    name (``state`` included) and overrides ``max_norm``.
 
     Each chunk is checked in place as numpy views of its bytes; only an element split across
     two chunks is copied (its few bytes), and a view numpy cannot read aligned is copied once.
@@ -264,13 +273,21 @@ class StreamChecker:
         *,
         reference: Mapping[str, np.ndarray] | None = None,
         max_norm: float | None = None,
+        group_norms: Mapping[str, float] | None = None,
     ) -> None:
         self.layout = layout
         self.total = layout.total_bytes
         self.received = 0
         self.reference = reference
         self.max_norm = max_norm
-        self.sq_distance = 0.0
+        #: the bound of every group (None: unbounded); the state needs a reference to be bounded
+        self.bounds: dict[str, float | None] = {
+            g.name: (group_norms or {}).get(g.name, max_norm) for g in layout.groups
+        }
+        if reference is None:
+            self.bounds[STATE] = None
+        #: squared L2 norm of every group (the state's: its distance to the reference)
+        self.sq_norms: dict[str, float] = {g.name: 0.0 for g in layout.groups}
         self._entries = list(layout.entries())
         self._index = 0  # tensor being received
         self._done = 0  # bytes of that tensor already seen
@@ -331,11 +348,21 @@ class StreamChecker:
                 f"tensor {gname}/{spec.name} has a NaN or Inf value (element {bad}); "
                 "the update was rejected: check the robot's training for divergence"
             )
-        if self.max_norm is not None and self.reference is not None and gname == STATE:
+        if self.bounds.get(gname) is None:
+            return
+        if gname == STATE:
+            assert self.reference is not None
             ref = np.asarray(self.reference[spec.name]).reshape(-1)[first : first + values.size]
             diff = np.subtract(values, ref, dtype=np.float64)
-            # einsum, not np.dot: BLAS threads for one dot product are slow on a busy machine
-            self.sq_distance += float(np.einsum("i,i->", diff, diff))
+        else:
+            diff = values.astype(np.float64)
+        # einsum, not np.dot: BLAS threads for one dot product are slow on a busy machine
+        self.sq_norms[gname] += float(np.einsum("i,i->", diff, diff))
+
+    @property
+    def sq_distance(self) -> float:
+        """Squared L2 distance of the state to the reference (0 when not bounded)."""
+        return self.sq_norms.get(STATE, 0.0)
 
     def finish(self) -> None:
         if self.received != self.total:
@@ -343,12 +370,15 @@ class StreamChecker:
                 f"upload ended after {self.received} of {self.total} bytes (truncated stream); "
                 "resend the whole update"
             )
-        if self.max_norm is not None and self.reference is not None:
-            norm = math.sqrt(self.sq_distance)
-            if norm > self.max_norm:
+        for gname, bound in self.bounds.items():
+            if bound is None:
+                continue
+            norm = math.sqrt(self.sq_norms[gname])
+            if not norm <= bound:  # also catches an overflow to inf
+                what = "update norm" if gname == STATE else f"norm of extra group {gname!r}"
                 raise InvalidArgumentError(
-                    f"update norm {norm:.4g} exceeds the bound {self.max_norm:.4g} "
-                    "(validation.max_update_norm)"
+                    f"{what} {norm:.4g} exceeds the bound {bound:.4g} "
+                    "(validation.max_update_norm, validation.max_group_norms)"
                 )
 
 

@@ -177,6 +177,11 @@ class Store(ABC):
     def close(self) -> None:
         """Release files and connections."""
 
+    def quarantine_blob(self, key: str) -> str | None:
+        """Move a blob the state cannot account for out of the store without deleting it;
+        where it went (None: this backend keeps it in place)."""
+        return None
+
     def collect_garbage(self, keep: set[str]) -> list[str]:
         """Delete every blob not in ``keep`` (left by a crash between write and commit)."""
         dropped = [k for k in self.blob_keys() if k not in keep]

@@ -22,6 +22,7 @@ import os
 import sqlite3
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -329,6 +330,14 @@ class SqliteStore(Store):
 
     def blob_keys(self) -> list[str]:
         return sorted(p.name[: -len(_SUFFIX)] for p in self.blob_dir.glob(f"[!.]*{_SUFFIX}"))
+
+    def quarantine_blob(self, key: str) -> str | None:
+        target = self.directory / "quarantine" / f"{check_key(key)}{_SUFFIX}"
+        target.parent.mkdir(mode=0o700, exist_ok=True)
+        if target.exists():  # an earlier quarantine of the same key: keep both
+            target = target.with_name(f"{key}-{time.time_ns()}{_SUFFIX}")
+        self._path(key).replace(target)
+        return str(target)
 
 
 def _insert_round(db: sqlite3.Connection, r: RoundRecord) -> None:

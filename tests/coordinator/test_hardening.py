@@ -1,0 +1,558 @@
+"""Issue 14: attacks by one robot on a real coordinator; each is rejected (its status code), the
+state is left alone, and honest robots are still served."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+
+from fedepth.clustering import subspace_basis
+from fedepth.descriptor import Descriptor
+from fedepth.strategies import ClientUpdate
+from fedepth_coordinator import serde, wire
+from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
+from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2_grpc as pb_grpc
+from fedepth_coordinator.auth import call_metadata
+from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient, open_channel
+from fedepth_coordinator.config import CoordinatorConfig
+from fedepth_coordinator.domain import UpdateHeader
+from fedepth_coordinator.robot import RobotLoop
+from fedepth_coordinator.server import CoordinatorServer, running
+from fedepth_coordinator.simulate import deterministic_train, robot_ids, robot_profile
+from fedepth_coordinator.tensors import Layout, iter_chunks
+
+ROBOTS = robot_ids(4)
+A, B = ROBOTS[0], ROBOTS[1]
+MALLORY = "robot-005"  # has credentials; not one of the honest ROBOTS
+
+
+@dataclass
+class World:
+    """A formed fleet in round 0 (robots A..D registered with a descriptor)."""
+
+    server: CoordinatorServer
+    clients: dict[str, CoordinatorClient]
+    channel: grpc.Channel
+    stub: pb_grpc.CoordinatorStub
+    tokens: dict[str, str]
+
+    def md(self, principal: str = B) -> tuple[tuple[str, str], ...]:
+        return call_metadata(principal, self.tokens[principal])
+
+    def update(self, rid: str = B) -> ClientUpdate:
+        task = self.clients[rid].download_model(0).task
+        return deterministic_train(rid, robot_profile(rid).num_samples)(0, task)
+
+    def upload_raw(
+        self,
+        update: ClientUpdate,
+        *,
+        extra: dict[str, dict[str, np.ndarray]] | None = None,
+        **hdr: Any,
+    ) -> Any:
+        groups = {"state": dict(update.state), **(extra or {})}
+        header = UpdateHeader(update.cid, 0, update.num_samples, Layout.of(groups))
+        msg = serde.update_header_to_pb(replace(header, **hdr))
+
+        def messages() -> Iterator[Any]:
+            yield pb.UploadMessage(header=msg)
+            yield from iter_chunks(list(groups.values()), 4096, frame=wire.frame)
+
+        upload = self.channel.stream_unary(
+            "/fedepth.v1.Coordinator/UploadUpdate",
+            request_serializer=wire.serialize,
+            response_deserializer=pb.UploadUpdateReply.FromString,
+        )
+        return upload(messages(), metadata=self.md(update.cid), timeout=20)
+
+    def snapshot(self) -> tuple[Any, ...]:
+        status = self.server.coordinator.fleet_status()
+        robots = tuple(replace(r, last_seen_s=0.0) for r in status.robots)
+        snap = self.server.store.load()
+        return (
+            replace(status, robots=robots),
+            snap.updates,
+            snap.robots.__repr__(),
+            self.server.store.blob_keys(),
+        )
+
+    def honest_robots_are_served(self, expected_accepted: int = 1) -> None:
+        assert self.clients[A].health() == "SERVING"
+        receipt = self.clients[A].upload_update(0, self.update(A))
+        assert receipt.accepted == expected_accepted
+
+
+@pytest.fixture
+def world_factory(
+    config_factory: Callable[..., CoordinatorConfig], creds: Any
+) -> Iterator[Callable[..., World]]:
+    stack: list[tuple[Any, grpc.Channel]] = []
+
+    def factory(
+        *,
+        first: Callable[[CoordinatorClient], None] | None = None,
+        summaries: Callable[[str], dict[str, np.ndarray]] | None = None,
+        **sections: dict[str, Any],
+    ) -> World:
+        """A formed fleet; ``first`` runs as the attacker (MALLORY) before anyone registers."""
+        sections.setdefault("rounds", {"num_rounds": 2, "min_robots": 4})
+        ctx = running(config_factory(**sections))
+        server = ctx.__enter__()
+        channel = open_channel(f"127.0.0.1:{server.port}")
+        stack.append((ctx, channel))
+        if first is not None:
+            first(CoordinatorClient(channel, MALLORY, creds.tokens[MALLORY]))
+        clients = {r: CoordinatorClient(channel, r, creds.tokens[r]) for r in ROBOTS}
+        for rid, client in clients.items():
+            p = robot_profile(rid)
+            client.register(p.num_samples, p.labels)
+            client.upload_descriptor(p.descriptor, summaries(rid) if summaries else None)
+        return World(server, clients, channel, pb_grpc.CoordinatorStub(channel), creds.tokens)
+
+    yield factory
+    for ctx, channel in reversed(stack):
+        channel.close()
+        ctx.__exit__(None, None, None)
+
+
+@pytest.fixture
+def world(world_factory: Callable[..., World]) -> World:
+    return world_factory()
+
+
+def _rejected(call: Callable[[], Any]) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as err:
+        call()
+    return err.value
+
+
+# -- (1) GetRoundPlan wait_s NaN / inf / negative ------------------------------------------------
+@pytest.mark.parametrize("wait_s", [math.nan, math.inf, -math.inf, -1.0])
+def test_round_plan_with_non_finite_or_negative_wait_is_rejected_without_spinning(
+    wait_s: float, world: World
+) -> None:
+    before = world.snapshot()
+    cpu0, t0 = time.process_time(), time.monotonic()
+    err = _rejected(
+        lambda: world.stub.GetRoundPlan(
+            pb.GetRoundPlanRequest(robot_id=B, after_round=0, wait_s=wait_s),
+            metadata=world.md(),
+            timeout=10,
+        )
+    )
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+    assert "wait_s must be a finite number" in (err.details() or "")
+    assert time.monotonic() - t0 < 5.0
+    assert time.process_time() - cpu0 < 2.0  # no server thread left spinning
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
+
+
+# -- (4) the sample count in the upload header is not trusted -------------------------------------
+def test_inflated_sample_count_is_weighted_by_the_registered_count(world: World) -> None:
+    registered = robot_profile(B).num_samples
+    world.upload_raw(world.update(), num_samples=10**12)
+    (rec,) = [u for u in world.server.store.load().updates if u.robot_id == B]
+    assert rec.num_samples == registered
+    world.honest_robots_are_served(expected_accepted=2)
+
+
+def test_inflated_sample_count_is_rejected_in_strict_mode(
+    world_factory: Callable[..., World],
+) -> None:
+    world = world_factory(validation={"sample_weights": "strict"})
+    before = world.snapshot()
+    err = _rejected(lambda: world.upload_raw(world.update(), num_samples=10**12))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+    assert "registered" in (err.details() or "")
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
+    world.upload_raw(world.update())  # the honest count is accepted
+
+
+# -- (6) max_update_norm bounds every group, extras (SCAFFOLD control deltas) included -----------
+@pytest.mark.parametrize("value", [3e38, np.inf])
+def test_huge_control_delta_is_rejected_by_the_norm_bound(
+    value: float, world_factory: Callable[..., World]
+) -> None:
+    world = world_factory(validation={"max_update_norm": 1e6})
+    update = world.update()
+    huge = {k: np.full_like(v, value) for k, v in update.state.items()}
+    before = world.snapshot()
+    err = _rejected(lambda: world.upload_raw(update, extra={"scaffold.control_delta": huge}))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+    assert "extra group 'scaffold.control_delta'" in (err.details() or "") or (
+        "NaN or Inf" in (err.details() or "")
+    )
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
+    small = {k: np.full_like(v, 1e-3) for k, v in update.state.items()}
+    assert world.upload_raw(update, extra={"scaffold.control_delta": small}).accepted == 2
+
+
+def test_per_group_norm_bound_overrides_max_update_norm(
+    world_factory: Callable[..., World],
+) -> None:
+    world = world_factory(
+        validation={"max_update_norm": 1e6, "max_group_norms": {"scaffold.control_delta": 0.5}}
+    )
+    update = world.update()
+    delta = {k: np.full_like(v, 1e-2) for k, v in update.state.items()}  # norm ~2.2
+    err = _rejected(lambda: world.upload_raw(update, extra={"scaffold.control_delta": delta}))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "exceeds the bound 0.5" in (err.details() or "")
+    world.honest_robots_are_served()
+
+
+# -- (7) one robot cannot stop the fleet from forming ---------------------------------------------
+def _mallory_registers(client: CoordinatorClient) -> None:
+    client.register(50, {})
+
+
+def _descriptor(mean: float | list[float], var: float | list[float], dim: int = 8) -> Descriptor:
+    m = np.broadcast_to(np.asarray(mean, dtype=np.float64), (dim,)).copy()
+    v = np.broadcast_to(np.asarray(var, dtype=np.float64), (dim,)).copy()
+    return Descriptor(mean=m, var=v, num_frames=4)
+
+
+def test_first_descriptor_of_another_dimension_does_not_fix_the_fleets(
+    world_factory: Callable[..., World],
+) -> None:
+    def first(mallory: CoordinatorClient) -> None:
+        _mallory_registers(mallory)
+        mallory.upload_descriptor(_descriptor(0.0, 1.0, dim=3))
+
+    world = world_factory(first=first)
+    status = world.server.coordinator.fleet_status()
+    assert status.phase.name == "TRAINING"
+    assert sorted(r.robot_id for r in status.robots if r.member) == ROBOTS
+    before = world.snapshot()
+    err = _rejected(
+        lambda: world.stub.UploadDescriptor(
+            pb.UploadDescriptorRequest(
+                robot_id=MALLORY,
+                descriptor=pb.Descriptor(mean=[0.0] * 3, var=[1.0] * 3, num_frames=4),
+            ),
+            metadata=world.md(MALLORY),
+            timeout=20,
+        )
+    )
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+    assert "the fleet's have 8" in (err.details() or "")
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
+
+
+def test_configured_descriptor_dimension_rejects_any_other(
+    world_factory: Callable[..., World],
+) -> None:
+    rejected: list[grpc.StatusCode] = []
+
+    def first(mallory: CoordinatorClient) -> None:
+        _mallory_registers(mallory)
+        try:
+            mallory.upload_descriptor(_descriptor(0.0, 1.0, dim=3))
+        except CoordinatorCallError as exc:
+            rejected.append(exc.code)
+
+    world = world_factory(first=first, validation={"descriptor_dim": 8})
+    assert rejected == [grpc.StatusCode.INVALID_ARGUMENT]
+    assert world.server.coordinator.fleet_status().phase.name == "TRAINING"
+    world.honest_robots_are_served()
+
+
+@pytest.mark.parametrize(
+    "mean, var", [(1e300, 1.0), (0.0, 1e-300), ([1e300, -1e300] * 4, 1e-300), (0.0, 1e300)]
+)
+def test_extreme_descriptor_is_rejected_and_the_fleet_still_forms(
+    mean: float, var: float, world_factory: Callable[..., World]
+) -> None:
+    rejected: list[tuple[grpc.StatusCode, str]] = []
+
+    def first(mallory: CoordinatorClient) -> None:
+        _mallory_registers(mallory)
+        try:
+            mallory.upload_descriptor(_descriptor(mean, var))
+        except CoordinatorCallError as exc:
+            rejected.append((exc.code, exc.details))
+
+    world = world_factory(first=first)
+    assert [c for c, _ in rejected] == [grpc.StatusCode.INVALID_ARGUMENT]
+    assert "validation.descriptor_bound" in rejected[0][1]
+    assert world.server.coordinator.fleet_status().phase.name == "TRAINING"
+    snap = world.server.store.load()
+    assert next(r for r in snap.robots if r.robot_id == MALLORY).descriptor is None
+    cmap = world.clients[A].cluster_map()
+    assert cmap.clustered and sorted({m for c in cmap.clusters for m in c}) == ROBOTS
+    world.honest_robots_are_served()
+
+
+def _basis(rid: str, dim: int = 8, p: int = 3) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(zlib.crc32(rid.encode()))
+    return {"pacfl_basis": subspace_basis(rng.normal(size=(dim, 12)), p)}
+
+
+@pytest.mark.parametrize(
+    "basis",
+    [np.ones((3, 8)), np.ones((8,)), np.ones((8, 9)), np.full((8, 2), 1.0), np.zeros((8, 0))],
+    ids=["transposed", "1-d", "too many columns", "not orthonormal", "empty"],
+)
+def test_malformed_pacfl_basis_is_rejected_at_upload(
+    basis: np.ndarray, world_factory: Callable[..., World]
+) -> None:
+    rejected: list[grpc.StatusCode] = []
+
+    def first(mallory: CoordinatorClient) -> None:
+        _mallory_registers(mallory)
+        try:
+            mallory.upload_descriptor(_descriptor(0.0, 1.0), {"pacfl_basis": basis})
+        except CoordinatorCallError as exc:
+            rejected.append(exc.code)
+
+    world = world_factory(first=first, summaries=_basis, strategy={"name": "pacfl", "params": {}})
+    assert rejected == [grpc.StatusCode.INVALID_ARGUMENT]
+    status = world.server.coordinator.fleet_status()
+    assert status.phase.name == "TRAINING"
+    assert sorted(r.robot_id for r in status.robots if r.member) == ROBOTS
+    world.honest_robots_are_served()
+
+
+# -- (3) "already accepted" and "still streaming" are two status codes ---------------------------
+def test_retry_while_the_first_upload_streams_is_aborted_not_already_exists(
+    world: World,
+) -> None:
+    update = world.update()
+    groups = {"state": dict(update.state)}
+    header = UpdateHeader(B, 0, update.num_samples, Layout.of(groups))
+    chunks = list(iter_chunks([update.state], 4096, frame=wire.frame))
+    release = threading.Event()
+
+    def stalled() -> Iterator[Any]:
+        yield pb.UploadMessage(header=serde.update_header_to_pb(header))
+        yield chunks[0]
+        release.wait(20)
+        yield from chunks[1:]
+
+    upload = world.channel.stream_unary(
+        "/fedepth.v1.Coordinator/UploadUpdate",
+        request_serializer=wire.serialize,
+        response_deserializer=pb.UploadUpdateReply.FromString,
+    )
+    first = upload.future(stalled(), metadata=world.md(B), timeout=30)
+    deadline = time.monotonic() + 10
+    while B not in getattr(world.server.coordinator._round, "uploading", ()):
+        assert time.monotonic() < deadline, "the first upload never started"
+        time.sleep(0.02)
+    before = world.snapshot()
+    err = _rejected(lambda: world.upload_raw(update))
+    assert err.code() == grpc.StatusCode.ABORTED, err.details()
+    assert "still in progress" in (err.details() or "")
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
+    release.set()
+    assert first.result(timeout=20).accepted == 2
+    err = _rejected(lambda: world.upload_raw(update))
+    assert err.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert "already uploaded" in (err.details() or "")
+
+
+class _LyingClient(CoordinatorClient):
+    """Answers the first upload with ALREADY_EXISTS without sending it (an ambiguous reply)."""
+
+    lied = False
+
+    def upload_update(self, round: int, update: ClientUpdate) -> Any:
+        if not self.lied:
+            self.lied = True
+            raise CoordinatorCallError("UploadUpdate", grpc.StatusCode.ALREADY_EXISTS, "stale")
+        return super().upload_update(round, update)
+
+
+def test_robot_loop_counts_a_duplicate_only_once_the_coordinator_recorded_it(
+    world: World, creds: Any
+) -> None:
+    client = _LyingClient(world.channel, B, creds.tokens[B])
+    p = robot_profile(B)
+    stop = threading.Event()
+    loop = RobotLoop(client, p, deterministic_train(B, p.num_samples), stop=stop, poll_s=0.2)
+    delivered: list[bool] = []
+    update = world.update()
+    delivered.append(loop._deliver(0, update))
+    assert client.lied and delivered == [True]
+    assert B in {u.robot_id for u in world.server.store.load().updates}
+    world.honest_robots_are_served(expected_accepted=2)
+
+
+# -- (8) a typo in the credentials file while running keeps the previous credentials --------------
+@pytest.mark.parametrize(
+    "broken",
+    [
+        "principals: {robot-000: {role: robot, token_sha256: [unclosed\n",  # YAML syntax
+        "principals:\n  robot-000: {role: admiral, token_sha256: abc}\n",  # bad entry
+        "- just\n- a list\n",
+    ],
+    ids=["yaml syntax", "bad entry", "not a mapping"],
+)
+def test_credentials_typo_while_running_keeps_the_previous_credentials(
+    broken: str, world: World, creds: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    good = creds.path.read_text()
+    before = world.snapshot()
+    creds.path.write_text(broken)
+    with caplog.at_level("ERROR", logger="fedepth_coordinator.auth"):
+        for _ in range(3):
+            assert world.clients[B].round_plan(0).round == 0
+        # a wrong token is still refused under the kept credentials
+        err = _rejected(
+            lambda: world.stub.Register(
+                pb.RegisterRequest(robot_id=B, num_samples=5),
+                metadata=call_metadata(B, "not-the-token"),
+                timeout=20,
+            )
+        )
+        assert err.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert world.snapshot() == before
+        world.honest_robots_are_served()
+    assert sum("keeping the previous" in r.message for r in caplog.records) == 1
+    creds.path.write_text(good)
+    token = creds.add("robot-new")  # the fixed file is picked up again
+    reg = CoordinatorClient(world.channel, "robot-new", token).register(10, {})
+    assert not reg.member
+
+
+# -- (2) idle streams time out on the server; one robot cannot hold every transfer slot ----------
+def _download_header_only(world: World, rid: str) -> Any:
+    call = world.stub.DownloadModel(
+        pb.DownloadModelRequest(robot_id=rid, round=0), metadata=world.md(rid)
+    )
+    first = next(call)
+    assert first.WhichOneof("body") == "header"
+    return call
+
+
+def test_one_robot_cannot_hold_every_transfer_slot(world_factory: Callable[..., World]) -> None:
+    world = world_factory(
+        server={"max_transfers": 4, "max_transfers_per_robot": 2, "stream_idle_s": 30.0},
+        model={"synthetic": {"num_tensors": 4, "size_mb": 16.0}},
+    )
+    held = [_download_header_only(world, B) for _ in range(2)]
+    before = world.snapshot()
+    err = _rejected(lambda: _download_header_only(world, B))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.details()
+    assert "max_transfers_per_robot" in (err.details() or "")
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
+    for call in held:
+        call.cancel()
+    deadline = time.monotonic() + 10
+    while world.server.coordinator._streams.get(B):
+        assert time.monotonic() < deadline, "cancelled downloads kept their slots"
+        time.sleep(0.05)
+    assert world.update().cid == B  # B may download again
+
+
+def test_download_reading_only_the_header_is_cancelled_when_idle(
+    world_factory: Callable[..., World],
+) -> None:
+    world = world_factory(
+        server={"max_transfers": 1, "stream_idle_s": 1.0},
+        model={"synthetic": {"num_tensors": 4, "size_mb": 16.0}},
+    )
+    call = _download_header_only(world, B)  # holds the only transfer slot
+    before = world.snapshot()
+    t0 = time.monotonic()
+    world.honest_robots_are_served()  # waits for the slot, which the idle watch frees
+    assert time.monotonic() - t0 < 15
+    err = _rejected(lambda: list(call))
+    assert err.code() == grpc.StatusCode.CANCELLED
+    assert world.snapshot()[2] == before[2]
+
+
+def test_slowloris_upload_without_deadline_is_cancelled_when_idle(
+    world_factory: Callable[..., World],
+) -> None:
+    world = world_factory(server={"stream_idle_s": 1.0})
+    update = world.update()
+    header = UpdateHeader(B, 0, update.num_samples, Layout.of({"state": dict(update.state)}))
+    chunks = list(iter_chunks([update.state], 4096, frame=wire.frame))
+    stop = threading.Event()
+
+    def slow() -> Iterator[Any]:
+        yield pb.UploadMessage(header=serde.update_header_to_pb(header))
+        yield chunks[0]
+        stop.wait(30)
+
+    upload = world.channel.stream_unary(
+        "/fedepth.v1.Coordinator/UploadUpdate",
+        request_serializer=wire.serialize,
+        response_deserializer=pb.UploadUpdateReply.FromString,
+    )
+    before = world.snapshot()
+    t0 = time.monotonic()
+    err = _rejected(lambda: upload(slow(), metadata=world.md(B)))  # no deadline
+    stop.set()
+    assert err.code() == grpc.StatusCode.CANCELLED, err.details()
+    assert time.monotonic() - t0 < 10
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
+    assert world.upload_raw(update).accepted == 2  # B's own retry is taken
+
+
+# -- (5) losing state.db never deletes the blobs --------------------------------------------------
+def test_lost_state_db_quarantines_the_blobs_instead_of_deleting_them(
+    config_factory: Callable[..., CoordinatorConfig],
+    creds: Any,
+    tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = config_factory(rounds={"num_rounds": 2, "min_robots": 4})
+    with running(config) as server:
+        channel = open_channel(f"127.0.0.1:{server.port}")
+        clients = {r: CoordinatorClient(channel, r, creds.tokens[r]) for r in ROBOTS}
+        for rid, c in clients.items():
+            p = robot_profile(rid)
+            c.register(p.num_samples, p.labels)
+            c.upload_descriptor(p.descriptor)
+        task = clients[A].download_model(0).task
+        clients[A].upload_update(0, deterministic_train(A, 10)(0, task))
+        blobs = server.store.blob_keys()
+        channel.close()
+    assert any(k.startswith("upd-") for k in blobs) and "initial" in blobs
+    state = tmp_path / "state"
+    for f in state.glob("state.db*"):
+        f.unlink()  # the database is lost
+    with caplog.at_level("WARNING"), running(config) as server:
+        assert server.store.blob_keys() == []
+        quarantined = sorted(
+            p.name.removesuffix(".safetensors") for p in (state / "quarantine").iterdir()
+        )
+        assert quarantined == blobs  # nothing deleted
+        assert any("moved aside, not deleted" in r.message for r in caplog.records)
+        channel = open_channel(f"127.0.0.1:{server.port}")
+        c = CoordinatorClient(channel, A, creds.tokens[A])
+        p = robot_profile(A)
+        assert not c.register(p.num_samples, p.labels).member  # a fresh run can form
+        assert c.health() == "SERVING"
+        channel.close()
+
+
+# -- (9) the duplicate tensor-name check of an upload header is linear ---------------------------
+def test_huge_header_of_repeated_names_is_checked_in_linear_time() -> None:
+    from fedepth_coordinator.errors import InvalidArgumentError
+    from fedepth_coordinator.tensors import Group, TensorSpec
+
+    specs = tuple(TensorSpec(f"t{i}", "F32", (1,)) for i in range(100_000))
+    t0 = time.process_time()
+    Layout((Group("state", specs),))
+    with pytest.raises(InvalidArgumentError, match="repeats tensor names"):
+        Layout((Group("state", specs + specs[:50_000]),))
+    assert time.process_time() - t0 < 2.0
