@@ -23,6 +23,7 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from fedepth.descriptor import Descriptor
+from fedepth.models.card import ModelCard
 from fedepth.strategies import ClientUpdate, RouteDecision, TrainTask
 from fedepth_coordinator import serde, wire
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
@@ -116,6 +117,8 @@ class DownloadedModel:
 
     round: int
     task: TrainTask
+    #: the served model's card; None: the coordinator sent none (a synthetic model)
+    card: ModelCard | None = None
 
 
 class CoordinatorClient:
@@ -264,7 +267,8 @@ class CoordinatorClient:
             hook_state=dict(groups.items()),
             recipe=header.recipe,
         )
-        return DownloadedModel(header.round, task)
+        card = None if header.card is None else ModelCard.from_json(header.card, "served model")
+        return DownloadedModel(header.round, task, card)
 
     def upload_update(self, round: int, update: ClientUpdate) -> UploadReceipt:
         """Stream a trained update (state, sample count, extra state) for ``round``."""

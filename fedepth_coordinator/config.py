@@ -140,7 +140,16 @@ class SyntheticModelConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    #: safetensors file with the starting weights; unset: a synthetic model (see `synthetic`).
+    #: registry name of the served depth network (``fedepth.models.list_models()``); null: the
+    #: synthetic test model below (no depth network, no robot can train it).
+    name: str | None = None
+    #: metric depth range of a fresh model (a weights file's card wins).
+    min_depth: float = 1e-3
+    max_depth: float = 80.0
+    #: torch seed of a fresh model (no initial_weights).
+    seed: int = 0
+    #: safetensors file with the starting weights (with a model card); unset: a fresh seeded
+    #: ``name`` model, or the synthetic model when ``name`` is null too.
     initial_weights: str | None = None
     synthetic: SyntheticModelConfig = field(default_factory=SyntheticModelConfig)
 
@@ -227,6 +236,19 @@ def _check(c: CoordinatorConfig) -> None:
     )
     need(v.max_extra_groups >= 0, "validation.max_extra_groups", "must be >= 0")
     need(c.model.synthetic.size_mb > 0, "model.synthetic.size_mb", "must be > 0")
+    need(
+        0 < c.model.min_depth < c.model.max_depth,
+        "model",
+        f"need 0 < min_depth < max_depth, got {c.model.min_depth} and {c.model.max_depth}",
+    )
+    if c.model.name is not None:
+        from fedepth.models import list_models
+
+        need(
+            c.model.name in list_models(),
+            "model.name",
+            f"unknown model {c.model.name!r}; known: {', '.join(list_models())}",
+        )
     try:
         c.training.recipe()
     except ValueError as exc:
