@@ -66,8 +66,9 @@ class TlsConfig:
 @dataclass(frozen=True)
 class AuthConfig:
     #: YAML file of principals (robot id -> role and token hash); create entries with
-    #: `fedepth-coordinator --config FILE --add-robot ID`.
-    credentials_file: str = "runs/coordinator/credentials.yaml"
+    #: `fedepth-coordinator --config FILE --add-robot ID`. Kept apart from state.dir, so
+    #: wiping the state keeps the credentials; a missing file means no robots yet.
+    credentials_file: str = "runs/credentials/coordinator.yaml"
 
 
 @dataclass(frozen=True)
@@ -140,9 +141,10 @@ class SyntheticModelConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    #: registry name of the served depth network (``fedepth.models.list_models()``); null: the
-    #: synthetic test model below (no depth network, no robot can train it).
-    name: str | None = None
+    #: registry name of the served depth network (``fedepth.models.list_models()``; default the
+    #: benchmark's backbone); null: the synthetic test model below (no depth network). The card
+    #: of ``initial_weights`` wins over it.
+    name: str | None = "newcrfs-lite"
     #: metric depth range of a fresh model (a weights file's card wins).
     min_depth: float = 1e-3
     max_depth: float = 80.0

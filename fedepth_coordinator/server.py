@@ -57,9 +57,9 @@ class InitialModel:
 
 
 def initial_model(cfg: ModelConfig, input_size: tuple[int, int] | None = None) -> InitialModel:
-    """The starting model: ``initial_weights`` (its card checked against ``name``), else a
-    seeded fresh ``name`` model with its card (``input_size`` recorded on it), else the
-    synthetic test model (no card)."""
+    """The starting model: ``initial_weights`` (the model its card names; a file without a
+    card must fit ``name``), else a seeded fresh ``name`` model with its card (``input_size``
+    recorded on it), else (``name`` null) the synthetic test model (no card)."""
     if cfg.initial_weights is not None:
         path = Path(cfg.initial_weights)
         if not path.is_file():
@@ -72,14 +72,23 @@ def initial_model(cfg: ModelConfig, input_size: tuple[int, int] | None = None) -
         if card is None and cfg.name is not None:
             # weights from before cards: they must load into the named model
             model = create_model(cfg.name, min_depth=cfg.min_depth, max_depth=cfg.max_depth)
-            set_state(model, state, source=str(path))
+            try:
+                set_state(model, state, source=str(path))
+            except ValueError as exc:
+                raise ValueError(
+                    f"{exc}; it has no model card, so it must fit model.name {cfg.name!r} "
+                    "(set model.name to its architecture, or null to serve it card-less)"
+                ) from None
             card = card_of(model, input_size=input_size)
-        elif card is not None and cfg.name is not None and card.model != cfg.name:
-            raise ValueError(
-                f"model.initial_weights {str(path)!r} is {card.describe()}, but model.name is "
-                f"{cfg.name!r}: set model.name: {card.model} (or null to take the card's)"
-            )
         elif card is not None:
+            if cfg.name is not None and card.model != cfg.name:
+                log.warning(
+                    "model.initial_weights %s is %s: serving that (its card wins over "
+                    "model.name %r)",
+                    path,
+                    card.describe(),
+                    cfg.name,
+                )
             set_state(card.build(), state, source=str(path))  # fits the model its card names
         return InitialModel(state, card, f"weights file {path}")
     if cfg.name is not None:
@@ -191,6 +200,13 @@ class CoordinatorServer:
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._ticker.start()
+        if not self.credentials.principals():
+            log.warning(
+                "no robots can connect yet: %s holds no credentials; add one with "
+                "`fedepth-coordinator --config FILE --add-robot robot-01` (picked up without a "
+                "restart; it prints the robot's token)",
+                self.credentials.path,
+            )
         tls = self.config.tls
         mode = "mutual TLS" if tls.client_ca_file else "TLS" if tls.enabled else "plaintext"
         log.info(

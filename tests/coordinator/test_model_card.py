@@ -34,19 +34,19 @@ def test_weights_file_card_is_served_and_checked(tmp_path: Path) -> None:
     save_weights(create_model("regression-lite", max_depth=20.0), path, input_size=(48, 64))
     got = initial_model(ModelConfig(initial_weights=str(path)))
     assert got.card is not None and got.card.max_depth == 20.0
-    with pytest.raises(ValueError, match=r"regression-lite.*model.name is 'newcrfs-lite'"):
-        initial_model(ModelConfig(name="newcrfs-lite", initial_weights=str(path)))
+    served = initial_model(ModelConfig(name="newcrfs-lite", initial_weights=str(path)))
+    assert served.card == got.card  # the card wins over model.name
     old = tmp_path / "old.safetensors"  # no card: must fit model.name, which gives the card
     save_state(old, get_state(create_model("regression-lite")))
-    assert initial_model(ModelConfig(initial_weights=str(old))).card is None
+    assert initial_model(ModelConfig(name=None, initial_weights=str(old))).card is None
     named = initial_model(ModelConfig(name="regression-lite", initial_weights=str(old)))
     assert named.card is not None and named.card.model == "regression-lite"
-    with pytest.raises(ValueError, match=r"old\.safetensors"):
+    with pytest.raises(ValueError, match=r"old\.safetensors.*no model card.*newcrfs-lite"):
         initial_model(ModelConfig(name="newcrfs-lite", initial_weights=str(old)))
 
 
 def test_synthetic_model_has_no_card_and_unknown_names_fail() -> None:
-    got = initial_model(ModelConfig())
+    got = initial_model(ModelConfig(name=None))
     assert got.card is None and "SYNTHETIC" in got.source
     with pytest.raises(ConfigError, match=r"model\.name.*nosuchnet"):
         CoordinatorConfig(model=ModelConfig(name="nosuchnet"))
