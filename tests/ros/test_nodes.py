@@ -67,7 +67,7 @@ def test_depth_node_with_a_local_model_publishes_depth_for_every_frame(
     # depth_pred is volatile: play only once this listener is matched with the node
     assert listener.wait_for_publishers(
         ["/d/depth_pred/image", "/d/depth_pred/camera_info", "/d/depth_pred/points"],
-        timeout=3 * TIMEOUT,  # the node imports torch and builds its model first
+        timeout=6 * TIMEOUT,  # the node imports torch and builds its model first
     ), node.poll()
     player = start_player(
         [
