@@ -16,14 +16,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from fedepth.descriptor import Descriptor
-from fedepth.models.card import ModelCard
 from fedepth.strategies import ClientUpdate, RouteDecision, TrainTask
 from fedepth_coordinator import serde, wire
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
@@ -41,6 +40,9 @@ from fedepth_coordinator.domain import (
 )
 from fedepth_coordinator.errors import CoordinatorError
 from fedepth_coordinator.tensors import STATE, Layout, assemble, iter_chunks
+
+if TYPE_CHECKING:  # fedepth.models (torchvision) is imported only when a card arrives
+    from fedepth.models.card import ModelCard
 
 SERVICE: str = pb.DESCRIPTOR.services_by_name["Coordinator"].full_name
 DEFAULT_MAX_MESSAGE_BYTES = 4 << 20
@@ -267,7 +269,11 @@ class CoordinatorClient:
             hook_state=dict(groups.items()),
             recipe=header.recipe,
         )
-        card = None if header.card is None else ModelCard.from_json(header.card, "served model")
+        card = None
+        if header.card is not None:
+            from fedepth.models.card import ModelCard
+
+            card = ModelCard.from_json(header.card, "served model")
         return DownloadedModel(header.round, task, card)
 
     def upload_update(self, round: int, update: ClientUpdate) -> UploadReceipt:
