@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                     "name": args.strategy,
                     "params": {"overlap": 0.2} if args.strategy == "fedepth" else {},
                 },
-                "model": {"synthetic": {"num_tensors": 16, "size_mb": args.size_mb}},
+                "model": {"name": None, "synthetic": {"num_tensors": 16, "size_mb": args.size_mb}},
                 "state": {"dir": str(work / "state")},
                 "log_level": "INFO",
             }

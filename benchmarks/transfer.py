@@ -237,7 +237,7 @@ class GrpcPath:
                 "auth": {"credentials_file": str(creds)},
                 "rounds": {"num_rounds": 1000, "min_robots": 2, "quorum": 1.0},
                 "strategy": {"name": "fedavg", "params": {}},
-                "model": {"synthetic": {"num_tensors": 8, "size_mb": size_mb}},
+                "model": {"name": None, "synthetic": {"num_tensors": 8, "size_mb": size_mb}},
                 "state": {"dir": str(workdir / f"state-{backend}"), "backend": backend},
                 "validation": {"max_update_norm": max_update_norm},
                 "log_level": "WARNING",

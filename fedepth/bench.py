@@ -172,7 +172,7 @@ def demo_verdict(results: dict[str, Any]) -> str:
         return (
             f"{head} (seed {seeds[0] if seeds else results.get('seed', 0)}). Seed spread: "
             "not measured by a one-seed run; `fedepth demo --seeds 0,1,2` measures it "
-            "(docs/results.md, section 'The demo', has the measured value)."
+            "(docs/results.md, section 'The demo', says whether it has been)."
         )
     sa, sb = fedavg["abs_rel_std"], fedepth["abs_rel_std"]
     beyond = abs(b - a) > sa + sb

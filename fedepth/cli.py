@@ -421,7 +421,13 @@ def cmd_bag_info(args: argparse.Namespace) -> int:
         "topics:",
     ]
     width = max((len(t.name) for t in info.topics), default=0)
-    lines += [f"  {t.name:<{width}}  {t.count:>8}  {t.msgtype}" for t in info.topics]
+    for t in info.topics:
+        rate = f"{t.rate_hz:8.2f} Hz" if t.rate_hz is not None else " " * 11
+        image = f"  {t.encoding} {t.resolution[0]}x{t.resolution[1]}" if t.resolution else ""
+        lines.append(f"  {t.name:<{width}}  {t.count:>8}  {rate}  {t.msgtype}{image}")
+    if info.metadata:
+        lines.append("metadata:")
+        lines += [f"  {k}: {v}" for k, v in sorted(info.metadata.items())]
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
@@ -535,11 +541,35 @@ def _write_sequence(seq: Any, args: argparse.Namespace, source: dict[str, str]) 
         raise CliError(str(exc)) from None
 
 
+def _m3ed_split(data: Path, given: str | None) -> str:
+    """``--split``, else the split a scenario manifest next to the file gives the sequence,
+    else ``train`` (with a note saying so)."""
+    if given:
+        return given
+    name = data.name.removesuffix(".h5").removesuffix("_data")
+    manifest = data.parent / "manifest.json"
+    if manifest.is_file():
+        try:
+            entries = json.loads(manifest.read_text(encoding="utf-8")).get("sequences", [])
+        except (OSError, ValueError, AttributeError):
+            entries = []
+        for entry in entries:
+            if isinstance(entry, dict) and entry.get("name") == name and entry.get("split"):
+                return str(entry["split"])
+    print(
+        f"fedepth bag from-m3ed: split of {name!r} unknown (no manifest entry): recorded as "
+        "train; pass --split test for a test sequence",
+        file=sys.stderr,
+    )
+    return "train"
+
+
 def cmd_bag_from_m3ed(args: argparse.Namespace) -> int:
     from fedepth.data import DataError, M3EDSequence
 
     try:
-        seq = M3EDSequence(args.data, args.depth_gt)
+        split = _m3ed_split(Path(args.data), args.split)
+        seq = M3EDSequence(args.data, args.depth_gt, split=split)
     except (DataError, OSError, ValueError) as exc:
         raise CliError(str(exc)) from None
     return _write_sequence(seq, args, {"fedepth.source": "m3ed"})
@@ -881,6 +911,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, metavar="X_data.h5", help="M3ED data file")
     p.add_argument(
         "--depth-gt", required=True, metavar="X_depth_gt.h5", help="M3ED depth ground truth"
+    )
+    p.add_argument(
+        "--split",
+        choices=("train", "test", "pretrain"),
+        help="the sequence's split, recorded as fedepth.split (default: from a manifest.json "
+        "next to --data, else train)",
     )
     _add_bag_writer_options(p)
     p.add_argument(

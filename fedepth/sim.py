@@ -134,12 +134,15 @@ class SimConfig:
         return self.recipe().train_config(seed)
 
     def build_model(self) -> DepthModel:
-        return create_model(
+        """The configured model; its card records ``image_size`` as the input size."""
+        model = create_model(
             self.model,
             min_depth=self.min_depth,
             max_depth=self.max_depth,
             variance_focus=self.variance_focus,
         )
+        model.input_size = (int(self.image_size[0]), int(self.image_size[1]))
+        return model
 
     def pretrain_key(self) -> str:
         """A short stable hash of every setting the pretrained checkpoint depends on (its cache

@@ -110,14 +110,18 @@ def add_principal(path: str | Path, principal_id: str, role: str = "robot") -> s
 
 
 class CredentialStore:
-    """The principals of a credentials file, re-read when the file changes."""
+    """The principals of a credentials file, re-read when the file changes.
+
+    A file that does not exist yet holds no principals (every call is refused) until
+    ``--add-robot`` creates it; it is then picked up without a restart.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._stamp = self._stat()
+        self._stamp = self._stat() if self.path.exists() else (-1, -1)
         self._bad_stamp: tuple[int, int] | None = None
-        self._principals = read_credentials(self.path)
+        self._principals = read_credentials(self.path) if self.path.exists() else {}
 
     def _stat(self) -> tuple[int, int]:
         st = self.path.stat()
@@ -125,6 +129,8 @@ class CredentialStore:
 
     def principals(self) -> dict[str, Principal]:
         with self._lock:
+            if self._stamp == (-1, -1) and not self.path.exists():
+                return self._principals  # not created yet: no principals
             stamp: tuple[int, int] | None = None
             try:
                 stamp = self._stat()

@@ -51,6 +51,7 @@ from safetensors.numpy import save_file
 from tqdm import tqdm
 
 from fedepth.descriptor import Descriptor
+from fedepth.models.card import CARD_KEY, ModelCard
 from fedepth.sim import (
     ClientJob,
     Fleet,
@@ -245,7 +246,16 @@ class GrpcBench:
             self._tokens[rid] = add_principal(
                 creds, rid, "operator" if rid == OPERATOR else "robot"
             )
-        save_file(self.initial, str(w / "initial.safetensors"))
+        c = self.config
+        card = ModelCard(
+            model=c.model,
+            min_depth=c.min_depth,
+            max_depth=c.max_depth,
+            input_size=(int(c.image_size[0]), int(c.image_size[1])),
+        )
+        save_file(
+            self.initial, str(w / "initial.safetensors"), metadata={CARD_KEY: card.to_json()}
+        )
         arrays: dict[str, np.ndarray] = {}
         robots: dict[str, Any] = {}
         for rid, info in zip(self.ids, self.fleet.infos, strict=True):

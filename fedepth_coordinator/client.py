@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 import numpy as np
@@ -40,6 +40,9 @@ from fedepth_coordinator.domain import (
 )
 from fedepth_coordinator.errors import CoordinatorError
 from fedepth_coordinator.tensors import STATE, Layout, assemble, iter_chunks
+
+if TYPE_CHECKING:  # fedepth.models (torchvision) is imported only when a card arrives
+    from fedepth.models.card import ModelCard
 
 SERVICE: str = pb.DESCRIPTOR.services_by_name["Coordinator"].full_name
 DEFAULT_MAX_MESSAGE_BYTES = 4 << 20
@@ -119,6 +122,8 @@ class DownloadedModel:
 
     round: int
     task: TrainTask
+    #: the served model's card; None: the coordinator sent none (a synthetic model)
+    card: ModelCard | None = None
 
 
 class CoordinatorClient:
@@ -267,7 +272,12 @@ class CoordinatorClient:
             hook_state=dict(groups.items()),
             recipe=header.recipe,
         )
-        return DownloadedModel(header.round, task)
+        card = None
+        if header.card is not None:
+            from fedepth.models.card import ModelCard
+
+            card = ModelCard.from_json(header.card, "served model")
+        return DownloadedModel(header.round, task, card)
 
     def upload_update(self, round: int, update: ClientUpdate) -> UploadReceipt:
         """Stream a trained update (state, sample count, extra state) for ``round``."""

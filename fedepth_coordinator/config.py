@@ -72,8 +72,9 @@ class TlsConfig:
 @dataclass(frozen=True)
 class AuthConfig:
     #: YAML file of principals (robot id -> role and token hash); create entries with
-    #: `fedepth-coordinator --config FILE --add-robot ID`.
-    credentials_file: str = "runs/coordinator/credentials.yaml"
+    #: `fedepth-coordinator --config FILE --add-robot ID`. Kept apart from state.dir, so
+    #: wiping the state keeps the credentials; a missing file means no robots yet.
+    credentials_file: str = "runs/credentials/coordinator.yaml"
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,17 @@ class SyntheticModelConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    #: safetensors file with the starting weights; unset: a synthetic model (see `synthetic`).
+    #: registry name of the served depth network (``fedepth.models.list_models()``; default the
+    #: benchmark's backbone); null: the synthetic test model below (no depth network). The card
+    #: of ``initial_weights`` wins over it.
+    name: str | None = "newcrfs-lite"
+    #: metric depth range of a fresh model (a weights file's card wins).
+    min_depth: float = 1e-3
+    max_depth: float = 80.0
+    #: torch seed of a fresh model (no initial_weights).
+    seed: int = 0
+    #: safetensors file with the starting weights (with a model card); unset: a fresh seeded
+    #: ``name`` model, or the synthetic model when ``name`` is null too.
     initial_weights: str | None = None
     synthetic: SyntheticModelConfig = field(default_factory=SyntheticModelConfig)
 
@@ -274,6 +285,19 @@ def _check(c: CoordinatorConfig) -> None:
         f"must be one of {', '.join(SAMPLE_WEIGHTS)}, got {v.sample_weights!r}",
     )
     need(c.model.synthetic.size_mb > 0, "model.synthetic.size_mb", "must be > 0")
+    need(
+        0 < c.model.min_depth < c.model.max_depth,
+        "model",
+        f"need 0 < min_depth < max_depth, got {c.model.min_depth} and {c.model.max_depth}",
+    )
+    if c.model.name is not None:
+        from fedepth.models import list_models
+
+        need(
+            c.model.name in list_models(),
+            "model.name",
+            f"unknown model {c.model.name!r}; known: {', '.join(list_models())}",
+        )
     try:
         c.training.recipe()
     except ValueError as exc:

@@ -71,6 +71,8 @@ class ModelHeader:
     hook: str | None = None
     hook_params: Mapping[str, float] = field(default_factory=dict)
     recipe: TrainRecipe | None = None
+    #: the served model's card as JSON (``fedepth.models.ModelCard``); None: no card
+    card: str | None = None
 
 
 @dataclass

@@ -146,9 +146,12 @@ class Coordinator:
         *,
         clock: Callable[[], float] = time.time,
         strategy_factory: Callable[[], Strategy] | None = None,
+        model_card: str | None = None,
     ) -> None:
         self.config = config
         self.store = store
+        #: the served model's card (JSON), sent in every model header; None: no card
+        self.model_card = model_card
         self.clock = clock
         #: how every robot trains every round (config section ``training``)
         self._recipe = config.training.recipe()
@@ -665,7 +668,12 @@ class Coordinator:
                 task = self._task(r.round, robot_id)
         groups = self._task_groups(task)
         header = ModelHeader(
-            rnd, Layout.of(groups), task.hook, dict(task.hook_params), recipe=task.recipe
+            rnd,
+            Layout.of(groups),
+            task.hook,
+            dict(task.hook_params),
+            recipe=task.recipe,
+            card=self.model_card,
         )
         return ModelStream(header, self._payload(list(groups.values()), caller))
 

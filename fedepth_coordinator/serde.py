@@ -234,6 +234,8 @@ def model_header_to_pb(h: ModelHeader) -> pb.DownloadHeader:
     )
     if h.recipe is not None:
         msg.recipe.CopyFrom(recipe_to_pb(h.recipe))
+    if h.card:
+        msg.model_card = h.card
     return msg
 
 
@@ -245,7 +247,9 @@ def model_header_from_pb(msg: pb.DownloadHeader) -> ModelHeader:
             f"{layout.total_bytes}"
         )
     recipe = recipe_from_pb(msg.recipe) if msg.HasField("recipe") else None
-    return ModelHeader(msg.round, layout, msg.hook or None, dict(msg.hook_params), recipe)
+    return ModelHeader(
+        msg.round, layout, msg.hook or None, dict(msg.hook_params), recipe, msg.model_card or None
+    )
 
 
 def update_header_to_pb(h: UpdateHeader) -> pb.UploadHeader:

@@ -12,14 +12,17 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import numpy as np
+import torch
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from safetensors.numpy import load_file
 
+from fedepth.models import ModelCard, card_of, create_model, get_state, read_card, set_state
 from fedepth.strategies import Strategy
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
 from fedepth_coordinator.auth import AuthInterceptor, CredentialStore
@@ -44,18 +47,66 @@ def synthetic_model(num_tensors: int, size_mb: float, seed: int = 0) -> State:
     }
 
 
+@dataclass(frozen=True)
+class InitialModel:
+    """The served starting model: its state, its card (None: no card) and where it came from."""
+
+    state: State
+    card: ModelCard | None
+    source: str
+
+
+def initial_model(cfg: ModelConfig, input_size: tuple[int, int] | None = None) -> InitialModel:
+    """The starting model: ``initial_weights`` (the model its card names; a file without a
+    card must fit ``name``), else a seeded fresh ``name`` model with its card (``input_size``
+    recorded on it), else (``name`` null) the synthetic test model (no card)."""
+    if cfg.initial_weights is not None:
+        path = Path(cfg.initial_weights)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"model.initial_weights: no such file {path}; make one with `fedepth pretrain "
+                "--out FILE`, or unset it to serve a fresh model.name network"
+            )
+        card = read_card(path)
+        state = dict(load_file(str(path)))
+        if card is None and cfg.name is not None:
+            # weights from before cards: they must load into the named model
+            model = create_model(cfg.name, min_depth=cfg.min_depth, max_depth=cfg.max_depth)
+            try:
+                set_state(model, state, source=str(path))
+            except ValueError as exc:
+                raise ValueError(
+                    f"{exc}; it has no model card, so it must fit model.name {cfg.name!r} "
+                    "(set model.name to its architecture, or null to serve it card-less)"
+                ) from None
+            card = card_of(model, input_size=input_size)
+        elif card is not None:
+            if cfg.name is not None and card.model != cfg.name:
+                log.warning(
+                    "model.initial_weights %s is %s: serving that (its card wins over "
+                    "model.name %r)",
+                    path,
+                    card.describe(),
+                    cfg.name,
+                )
+            set_state(card.build(), state, source=str(path))  # fits the model its card names
+        return InitialModel(state, card, f"weights file {path}")
+    if cfg.name is not None:
+        torch.manual_seed(cfg.seed)
+        model = create_model(cfg.name, min_depth=cfg.min_depth, max_depth=cfg.max_depth)
+        card = card_of(model, input_size=input_size)
+        return InitialModel(get_state(model), card, f"a FRESH (untrained) model, seed {cfg.seed}")
+    s = cfg.synthetic
+    return InitialModel(
+        synthetic_model(s.num_tensors, s.size_mb, s.seed),
+        None,
+        "the SYNTHETIC test model (no depth network: set model.name to serve one)",
+    )
+
+
 def load_initial_model(cfg: ModelConfig) -> State:
-    """The starting weights: the safetensors file, or the synthetic model when none is set."""
-    if cfg.initial_weights is None:
-        s = cfg.synthetic
-        return synthetic_model(s.num_tensors, s.size_mb, s.seed)
-    path = Path(cfg.initial_weights)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"model.initial_weights: no such file {path}; export the model's state_dict as "
-            "safetensors, or unset it to use the synthetic model"
-        )
-    return dict(load_file(str(path)))
+    """The starting weights (see :func:`initial_model`)."""
+    return initial_model(cfg).state
 
 
 def _read(path: str | None) -> bytes | None:
@@ -89,12 +140,22 @@ class CoordinatorServer:
         state_dir = Path(config.state.dir)
         self.store = store or open_store(config.state.backend, state_dir)
         save_resolved(config, state_dir)
+        self.initial = initial_model(
+            config.model, (config.training.image_size[0], config.training.image_size[1])
+        )
+        card = self.initial.card
+        log.info(
+            "serving %s: %s",
+            self.initial.source,
+            "no model card" if card is None else card.describe(),
+        )
         self.coordinator = Coordinator(
             config,
             self.store,
-            load_initial_model(config.model),
+            self.initial.state,
             clock=clock,
             strategy_factory=strategy_factory,
+            model_card=None if card is None else card.to_json(),
         )
         self.credentials = CredentialStore(config.auth.credentials_file)
         limit = config.server.max_message_bytes
@@ -140,6 +201,13 @@ class CoordinatorServer:
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._ticker.start()
+        if not self.credentials.principals():
+            log.warning(
+                "no robots can connect yet: %s holds no credentials; add one with "
+                "`fedepth-coordinator --config FILE --add-robot robot-01` (picked up without a "
+                "restart; it prints the robot's token)",
+                self.credentials.path,
+            )
         tls = self.config.tls
         mode = "mutual TLS" if tls.client_ca_file else "TLS" if tls.enabled else "plaintext"
         log.info(

@@ -56,6 +56,8 @@ class PlayStats:
     last_wall_ns: int = 0
     first_bag_ns: int = 0
     last_bag_ns: int = 0
+    #: bag time played, summed over loops (stamps start over each loop)
+    bag_played_ns: int = 0
     interrupted: bool = False
 
     @property
@@ -199,6 +201,7 @@ class BagPlayer(Node):
         start = self.bag_start_ns + self.start_offset_ns
         while not stop.is_set() and self.context.ok():
             t0 = time.monotonic_ns()
+            prev = start if stats.total else None  # a loop's first message follows the last
             for conn, stamp, data in iter_messages(self.reader, self.bag, self.connections, start):
                 delay_ns = t0 + (stamp - start) / self.rate - time.monotonic_ns()
                 if delay_ns > 0 and stop.wait(delay_ns / 1e9):
@@ -215,6 +218,9 @@ class BagPlayer(Node):
                 if not stats.total:
                     stats.first_wall_ns, stats.first_bag_ns = now, stamp
                 stats.last_wall_ns, stats.last_bag_ns = now, stamp
+                if prev is not None:
+                    stats.bag_played_ns += max(0, stamp - prev)
+                prev = stamp
                 stats.published[conn.topic] += 1
             else:
                 stats.loops += 1
@@ -324,7 +330,7 @@ def main(args: list[str] | None = None) -> int:
         if not node.context.ok():  # shut down by a signal: rosout is gone, log to the console
             logger = get_logger(f"{NODE_NAME}.exit")
         wall = (stats.last_wall_ns - stats.first_wall_ns) / 1e9
-        bag = (stats.last_bag_ns - stats.first_bag_ns) / 1e9
+        bag = stats.bag_played_ns / 1e9
         logger.info(
             f"published {stats.total} messages ({dict(sorted(stats.published.items()))}) "
             f"in {wall:.3f} s for {bag:.3f} s of bag"

@@ -28,6 +28,11 @@ class TopicSummary:
     name: str
     msgtype: str
     count: int
+    #: messages per second of log time (None: fewer than two messages)
+    rate_hz: float | None = None
+    #: Image topics: the first message's encoding and width x height
+    encoding: str | None = None
+    resolution: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +45,8 @@ class BagInfo:
     message_count: int
     start_ns: int  # log time of the first message
     end_ns: int  # log time of the last message
+    #: the bag's custom metadata (fedepth.sequence, fedepth.split, ...)
+    metadata: dict[str, str] | None = None
 
     @property
     def duration_ns(self) -> int:
@@ -53,7 +60,18 @@ class BagInfo:
             "start_ns": self.start_ns,
             "end_ns": self.end_ns,
             "duration_s": self.duration_ns / 1e9,
-            "topics": [{"name": t.name, "type": t.msgtype, "count": t.count} for t in self.topics],
+            "topics": [
+                {
+                    "name": t.name,
+                    "type": t.msgtype,
+                    "count": t.count,
+                    "rate_hz": t.rate_hz,
+                    "encoding": t.encoding,
+                    "resolution": None if t.resolution is None else list(t.resolution),
+                }
+                for t in self.topics
+            ],
+            "metadata": dict(self.metadata or {}),
         }
 
 
@@ -117,15 +135,46 @@ def bag_info(path: str | Path) -> BagInfo:
     storage = detect_storage(path)
     with open_bag(path) as reader:
         try:
-            topics = tuple(
-                TopicSummary(name, info.msgtype or "(mixed types)", info.msgcount)
-                for name, info in sorted(reader.topics.items())
-            )
             count = reader.message_count
             start, end = (reader.start_time, reader.end_time - 1) if count else (0, 0)
+            meta: Any = getattr(reader, "metadata", None)
+            custom = dict(getattr(meta, "custom", None) or {})
+            stamps: dict[str, list[int]] = {}
+            first: dict[str, bytes] = {}
+            conns = list(reader.connections)
+            if count:
+                for conn, stamp, data in iter_messages(reader, path, conns):
+                    stamps.setdefault(conn.topic, []).append(stamp)
+                    if conn.msgtype == "sensor_msgs/msg/Image":
+                        first.setdefault(conn.topic, data)
+            topics = tuple(
+                _summary(name, info.msgtype, info.msgcount, stamps.get(name, []), first.get(name))
+                for name, info in sorted(reader.topics.items())
+            )
+        except BagError:
+            raise
         except Exception as exc:  # a backend failing while reading its index
             raise BagError(f"bag {path}: cannot read its index ({exc})") from None
-    return BagInfo(path, storage, topics, count, start, end)
+    return BagInfo(
+        path, storage, topics, count, start, end, {k: str(v) for k, v in custom.items()}
+    )
+
+
+def _summary(
+    name: str, msgtype: str | None, count: int, stamps: list[int], image: bytes | None
+) -> TopicSummary:
+    rate = None
+    if len(stamps) >= 2 and max(stamps) > min(stamps):
+        rate = (len(stamps) - 1) / ((max(stamps) - min(stamps)) / 1e9)
+    encoding = resolution = None
+    if image is not None:
+        from rosbags.typesys import Stores, get_typestore
+
+        msg: Any = get_typestore(Stores.ROS2_KILTED).deserialize_cdr(
+            image, "sensor_msgs/msg/Image"
+        )
+        encoding, resolution = str(msg.encoding), (int(msg.width), int(msg.height))
+    return TopicSummary(name, msgtype or "(mixed types)", count, rate, encoding, resolution)
 
 
 def _norm(topic: str) -> str:

@@ -364,3 +364,43 @@ def k_from_camera_info(msg: CameraInfoLike) -> np.ndarray:
     if not K.any():
         raise ConversionError("CameraInfo.k is all zeros (uncalibrated camera)")
     return K
+
+
+# ---------------------------------------------------------------- point clouds
+
+
+def depth_to_points(depth: np.ndarray, K: np.ndarray) -> np.ndarray:
+    """(H, W) metres and 3x3 K -> (H, W, 3) float32 XYZ in the camera (optical) frame:
+    X = (u - cx) Z / fx, Y = (v - cy) Z / fy; NaN where the depth is invalid (<= 0 or NaN)."""
+    z = np.asarray(depth, dtype=np.float32)
+    K = np.asarray(K, dtype=np.float64)
+    h, w = z.shape
+    u = np.arange(w, dtype=np.float32)[None, :]
+    v = np.arange(h, dtype=np.float32)[:, None]
+    z = np.where(np.isfinite(z) & (z > 0), z, np.float32(np.nan))
+    x = (u - np.float32(K[0, 2])) * z / np.float32(K[0, 0])
+    y = (v - np.float32(K[1, 2])) * z / np.float32(K[1, 1])
+    return np.stack([x, y, z], axis=-1).astype(np.float32)
+
+
+def points_message(points: np.ndarray, *, header: Any) -> Any:
+    """(H, W, 3) float32 XYZ -> an organized sensor_msgs/PointCloud2 (fields x, y, z)."""
+    from sensor_msgs.msg import PointCloud2, PointField
+
+    h, w, _ = points.shape
+    fields = [
+        PointField(name=n, offset=4 * i, datatype=PointField.FLOAT32, count=1)
+        for i, n in enumerate("xyz")
+    ]
+    data = np.ascontiguousarray(points, dtype="<f4").tobytes()
+    return PointCloud2(
+        header=header,
+        height=h,
+        width=w,
+        fields=fields,
+        is_bigendian=False,
+        point_step=12,
+        row_step=12 * w,
+        data=array.array("B", data),
+        is_dense=False,
+    )

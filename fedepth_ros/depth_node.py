@@ -5,11 +5,16 @@ drop-oldest queue (``queue_size``) to a worker thread, which from the first
 ``descriptor_frames`` frames computes the descriptor, asks the coordinator to route it (the
 ``robot_id`` principal's credentials) and loads the averaged model of the chosen clusters; with
 ``coordinator: ""`` it uses the ``weights`` file alone. Then every frame, the routing frames
-included, gives ``depth_pred`` (32FC1 metres, the input header, NaN = invalid) and
-``depth_pred/camera_info``; the decision (clusters, weights) is published on ``fedepth/route``
-(latched: transient-local). Parameters: ``config/depth.yaml``, e.g.
+included, gives ``depth_pred/image`` (32FC1 metres, the input header, NaN = invalid) and its
+sibling ``depth_pred/camera_info`` (the input camera_info unchanged, distortion included, with
+the image's header), and with ``publish_points`` ``depth_pred/points`` (PointCloud2, XYZ in the
+camera frame); outputs use ``output_qos`` (sensor data by default) and inference runs only
+while someone subscribes to one of them. With ``weights`` set, frames are answered with those
+(card-checked) weights while the node waits for routing. The decision (clusters, weights) is
+published on ``fedepth/route`` (latched: transient-local); ``/diagnostics`` says what the node
+is doing and why nothing is published. Parameters: ``config/depth.yaml``, e.g.
 
-    depth_node --ros-args --params-file config/depth.yaml -p coordinator:="" \\
+    depth_node --ros-args --params-file config/depth.yaml -p coordinator:="''" \\
         -p weights:=model.safetensors -r image:=camera/image
 """
 
@@ -25,10 +30,11 @@ from typing import Any
 
 import grpc
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.logging import get_logger
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-from sensor_msgs.msg import CameraInfo, Image
+from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import String
 
 from fedepth.descriptor import Descriptor
@@ -36,13 +42,21 @@ from fedepth.strategies import RouteDecision
 from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient
 from fedepth_ros import conversions as cv
 from fedepth_ros.drift import DriftMonitor
-from fedepth_ros.learner import DepthPredictor, build_model, describe, resolve_device
+from fedepth_ros.learner import (
+    DepthPredictor,
+    build_model,
+    describe,
+    resolve_device,
+    set_threads,
+)
 from fedepth_ros.node_common import NodeConfigError, WorkerNode, connect, run_node
 from fedepth_ros.params import DEPTH_NODE, declare_parameters
 from fedepth_ros.sync import DropOldestQueue
 
 NODE_NAME = "depth_node"
 ROUTE_TOPIC = "fedepth/route"
+#: Seconds without input before the diagnostics warn that nothing arrives.
+QUIET_S = 3.0
 #: Route calls that may succeed later: coordinator down, or no clusters yet (run not started).
 ROUTE_RETRY = frozenset(
     {
@@ -69,9 +83,19 @@ class DepthNode(WorkerNode):
             raise NodeConfigError("set coordinator (to route a model) or weights (a local model)")
         if self.coordinator and ":" not in self.coordinator:
             raise NodeConfigError(f"coordinator must be host:port, got {self.coordinator!r}")
+        qos_name = str(p["output_qos"])
+        if qos_name not in ("sensor_data", "reliable"):
+            raise NodeConfigError(f"output_qos must be sensor_data or reliable, got {qos_name!r}")
+        if not float(p["status_period"]) > 0:
+            raise NodeConfigError("status_period must be > 0")
         try:
+            self.threads = set_threads(int(p["threads"]))
             model = build_model(
-                str(p["model"]), float(p["min_depth"]), float(p["max_depth"]), self.weights
+                str(p["model"]),
+                float(p["min_depth"]),
+                float(p["max_depth"]),
+                self.weights,
+                warn=self.get_logger().warning,
             )
             self.predictor = DepthPredictor(model, resolve_device(str(p["device"])))
         except (ValueError, OSError, KeyError) as exc:
@@ -91,14 +115,35 @@ class DepthNode(WorkerNode):
         self.decision: RouteDecision | None = None
         self.routed_descriptor: Descriptor | None = None
         self.processed = 0
+        self.skipped_unsubscribed = 0
         self.infer_seconds: deque[float] = deque(maxlen=10_000)
+        self._info: CameraInfo | None = None
+        self.images_received = 0
+        self._last_image = time.monotonic()
+        self._started = time.monotonic()
+        self.route_state = "local weights" if not self.coordinator else "collecting frames"
+        self.route_error: str | None = None
+        self._decision_ready: tuple[RouteDecision, Descriptor] | None = None
+        self._route_thread: threading.Thread | None = None
 
         self.create_subscription(Image, "image", self._on_image, qos_profile_sensor_data)
         self.create_subscription(
             CameraInfo, "camera_info", self._on_camera_info, qos_profile_sensor_data
         )
-        self.depth_pub = self.create_publisher(Image, "depth_pred", 10)
-        self.info_pub = self.create_publisher(CameraInfo, "depth_pred/camera_info", 10)
+        out_qos = (
+            qos_profile_sensor_data
+            if qos_name == "sensor_data"
+            else QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        )
+        self.depth_pub = self.create_publisher(Image, "depth_pred/image", out_qos)
+        self.info_pub = self.create_publisher(CameraInfo, "depth_pred/camera_info", out_qos)
+        self.points_pub = (
+            self.create_publisher(PointCloud2, "depth_pred/points", out_qos)
+            if bool(p["publish_points"])
+            else None
+        )
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_timer(float(p["status_period"]), self.publish_diagnostics)
         latched = QoSProfile(
             depth=1,
             reliability=ReliabilityPolicy.RELIABLE,
@@ -108,13 +153,76 @@ class DepthNode(WorkerNode):
         self.worker = threading.Thread(target=self._work, name="depth-worker", daemon=True)
 
     def _on_image(self, msg: Image) -> None:
+        self.images_received += 1
+        self._last_image = time.monotonic()
         self.queue.put(msg)  # converted on the worker: the spin thread only hands over
 
     def _on_camera_info(self, msg: CameraInfo) -> None:
         try:
             self._k = cv.k_from_camera_info(msg)
+            self._info = msg
         except cv.ConversionError as exc:
             self.get_logger().warning(f"dropping camera_info: {exc}", throttle_duration_sec=5.0)
+
+    def subscribed(self) -> bool:
+        """Whether anyone listens to an output (inference runs only then)."""
+        pubs = [self.depth_pub, self.info_pub, self.points_pub]
+        return any(p is not None and p.get_subscription_count() > 0 for p in pubs)
+
+    # -- diagnostics (spin thread, cheap) ------------------------------------------------------
+    def diagnosis(self) -> tuple[int, str]:
+        """(level, message) of what the node does now, naming why nothing is published."""
+        now = time.monotonic()
+        image_topic = self.resolve_topic_name("image")
+        if self.route_error is not None and not self.ready and not self.weights:
+            return DiagnosticStatus.ERROR, (
+                f"publishing nothing: no weights until routed, and {self.route_error}"
+            )
+        if self.images_received == 0 and now - self._started > QUIET_S:
+            return DiagnosticStatus.WARN, f"no images received on {image_topic}"
+        if self.images_received and now - self._last_image > QUIET_S:
+            return DiagnosticStatus.WARN, (
+                f"no images on {image_topic} for {now - self._last_image:.0f} s"
+            )
+        if self.images_received and self._info is None:
+            return DiagnosticStatus.WARN, (
+                f"no camera_info on {self.resolve_topic_name('camera_info')}: depth is "
+                "published without camera_info (and no points)"
+            )
+        if not self.ready:
+            if self.weights:
+                return DiagnosticStatus.WARN, (
+                    f"{self.route_state}; predicting with the local weights meanwhile"
+                )
+            return DiagnosticStatus.WARN, (
+                f"{self.route_state}; publishing nothing until routed (no local weights)"
+            )
+        if self.images_received and not self.subscribed():
+            return DiagnosticStatus.OK, "no subscribers: inference paused"
+        return DiagnosticStatus.OK, f"publishing depth ({self.route_state})"
+
+    def publish_diagnostics(self) -> None:
+        level, message = self.diagnosis()
+        if level != DiagnosticStatus.OK:
+            self.get_logger().warning(message, throttle_duration_sec=10.0)
+        values = {
+            "images_received": self.images_received,
+            "processed": self.processed,
+            "dropped": self.queue.dropped,
+            "skipped_unsubscribed": self.skipped_unsubscribed,
+            "route": self.route_state,
+            "threads": self.threads,
+        }
+        diag = DiagnosticStatus(
+            level=level,
+            name=f"{self.get_fully_qualified_name()}: depth",
+            message=message,
+            hardware_id=str(self.params["robot_id"]),
+            values=[KeyValue(key=k, value=str(v)) for k, v in values.items()],
+        )
+        array = DiagnosticArray(status=[diag])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self.diag_pub.publish(array)
 
     # -- worker thread -------------------------------------------------------------------------
     def start(self) -> None:
@@ -128,6 +236,8 @@ class DepthNode(WorkerNode):
         if client is not None:
             client.close()
         self.worker.join(timeout=30.0)
+        if self._route_thread is not None:
+            self._route_thread.join(timeout=10.0)
         if self.processed:
             times = np.asarray(self.infer_seconds) * 1e3
             get_logger(f"{NODE_NAME}.exit").info(
@@ -154,21 +264,34 @@ class DepthNode(WorkerNode):
                 except cv.ConversionError as exc:
                     log.warning(f"dropping image: {exc}", throttle_duration_sec=5.0)
                     continue
+                routed = self._decision_ready
+                if routed is not None and not self.ready:
+                    self._apply(*routed)
+                    self.ready = True
+                    if self.reroute:
+                        self.monitor = self._make_monitor()
+                    if not self.weights:  # the routing frames get depth from the routed model
+                        for m, r in pending:
+                            self._infer(m, r)
+                    pending.clear()
                 if self.ready:
                     self._infer(msg, rgb)
                     if self.monitor is not None:
                         self._watch(self.monitor, rgb)
                     continue
-                pending.append((msg, rgb))
-                if len(pending) >= self.descriptor_frames and self._route([r for _, r in pending]):
-                    self.ready = True
-                    if self.reroute:
-                        self.monitor = self._make_monitor()
-                    for m, r in pending:
-                        self._infer(m, r)
-                        if self.monitor is not None:
-                            self._watch(self.monitor, r)
-                    pending.clear()
+                if self.weights:
+                    self._infer(msg, rgb)  # the weights it has, while it waits for routing
+                if self._route_thread is None:
+                    pending.append((msg, rgb))
+                    self.route_state = (
+                        f"collecting frames for routing ({len(pending)}/{self.descriptor_frames})"
+                    )
+                    if len(pending) >= self.descriptor_frames:
+                        frames = [r for _, r in pending]
+                        self._route_thread = threading.Thread(
+                            target=self._route, args=(frames,), name="route", daemon=True
+                        )
+                        self._route_thread.start()
         except Exception as exc:  # the worker must report, not die silently
             log.error(f"worker failed: {type(exc).__name__}: {exc}")
 
@@ -184,35 +307,46 @@ class DepthNode(WorkerNode):
                 )
             return self._client
 
-    def _route(self, frames: list[np.ndarray]) -> bool:
-        """Descriptor -> Route -> load the averaged model; True once loaded (False: stopping)."""
+    def _route(self, frames: list[np.ndarray]) -> None:
+        """Descriptor -> Route (retried) on its own thread; the worker applies the decision."""
         log = self.get_logger()
-        descriptor, summaries = self.predictor.features(frames, self.descriptor_frames, seed=0)
-        client = self._client_once()
+        try:
+            descriptor, summaries = self.predictor.features(frames, self.descriptor_frames, seed=0)
+            client = self._client_once()
+        except Exception as exc:
+            self.route_error = f"routing failed: {type(exc).__name__}: {exc}"
+            log.error(self.route_error)
+            return
         backoff = 0.5
+        self.route_state = f"routing {len(frames)} frames at the coordinator {self.coordinator}"
         while not self.stop.is_set():
             try:
                 decision = client.route(descriptor, include_model=True, summaries=summaries)
                 break
             except CoordinatorCallError as exc:
                 if self.stop.is_set():
-                    return False
+                    return
+                self.route_error = f"coordinator {self.coordinator}: {exc}"
+                self.route_state = f"waiting for the coordinator {self.coordinator} to route"
                 if exc.code not in ROUTE_RETRY:
                     log.error(f"route: {exc}", throttle_duration_sec=30.0)
                 else:
-                    log.info(f"route: {exc}; retrying in {backoff:g} s")
+                    log.warning(
+                        f"route: {exc}; retrying (every {backoff:g} s)", throttle_duration_sec=30.0
+                    )
                 self.stop.wait(backoff)
                 backoff = min(10.0, backoff * 2)
         else:
-            return False
-        self._apply(decision, descriptor)
-        return True
+            return
+        self.route_error = None
+        self._decision_ready = (decision, descriptor)
 
     def _apply(self, decision: RouteDecision, descriptor: Descriptor) -> None:
         self.predictor.load_state(decision.state, source=f"route {decision.clusters}")
         self.decision = decision
         self.routed_descriptor = descriptor
         self._publish_route("coordinator", decision.clusters, decision.weights)
+        self.route_state = f"routed to clusters {decision.clusters}"
         self.get_logger().info(
             f"routed {descriptor.num_frames} frames to clusters {decision.clusters} "
             f"(weights {[round(w, 3) for w in decision.weights]})"
@@ -276,6 +410,9 @@ class DepthNode(WorkerNode):
         self.route_pub.publish(String(data=json.dumps(payload)))
 
     def _infer(self, msg: Image, rgb: np.ndarray) -> None:
+        if not self.subscribed():
+            self.skipped_unsubscribed += 1
+            return
         start = time.perf_counter()
         try:
             depth = self.predictor.predict(rgb)
@@ -293,11 +430,16 @@ class DepthNode(WorkerNode):
         )
         out.header = msg.header
         self.depth_pub.publish(out)
-        k = self._k
-        if k is not None:
-            h, w = depth.shape
-            info = cv.camera_info_from_k(k, w, h, stamp_ns=stamp_ns, frame_id=msg.header.frame_id)
-            self.info_pub.publish(info)
+        info, k = self._info, self._k
+        if info is not None and k is not None:
+            copy = CameraInfo()  # the input camera model unchanged, with the image's header
+            for name in CameraInfo.get_fields_and_field_types():
+                setattr(copy, name, getattr(info, name))
+            copy.header = msg.header
+            self.info_pub.publish(copy)
+            if self.points_pub is not None:
+                points = cv.depth_to_points(depth, k)
+                self.points_pub.publish(cv.points_message(points, header=msg.header))
 
 
 def main(args: list[str] | None = None) -> int:

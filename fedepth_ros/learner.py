@@ -23,7 +23,7 @@ from fedepth.clustering import subspace_basis
 from fedepth.data.sequence import Frame
 from fedepth.data.torchdata import resize_frame
 from fedepth.descriptor import Descriptor, DescriptorExtractor, image_to_tensor
-from fedepth.models import DepthModel, create_model, load_weights, set_state
+from fedepth.models import DepthModel, ModelCard, create_model, load_weights, read_card, set_state
 from fedepth.recipe import TrainRecipe
 from fedepth.strategies import ClientUpdate, TrainTask
 from fedepth.strategies.aggregate import State
@@ -57,12 +57,42 @@ def describe(gem_vectors: np.ndarray) -> tuple[Descriptor, dict[str, np.ndarray]
     return window_descriptor(gem_vectors), {BASIS_KEY: basis}
 
 
-def build_model(name: str, min_depth: float, max_depth: float, weights: str = "") -> DepthModel:
-    """A registry model, with ``weights`` (safetensors) loaded strictly when given."""
-    model = create_model(name, min_depth=min_depth, max_depth=max_depth)
+def build_model(
+    name: str,
+    min_depth: float,
+    max_depth: float,
+    weights: str = "",
+    *,
+    warn: Callable[[str], object] | None = None,
+) -> DepthModel:
+    """The model of ``weights``' card with the weights loaded; without weights (or for a file
+    without a card) the registry model ``name`` with that depth range. When a card and the
+    parameters disagree, the card wins and ``warn`` says so."""
+    card = read_card(weights) if weights else None
+    if card is not None:
+        model = card.build()
+        given = ModelCard(model=name, min_depth=min_depth, max_depth=max_depth)
+        diff = [d for d in card.differences(given) if d != "config"]
+        if diff and warn is not None:
+            warn(
+                f"weights {weights} are {card.describe()}: building that model "
+                f"(its card wins over the model/min_depth/max_depth parameters: {', '.join(diff)})"
+            )
+    else:
+        model = create_model(name, min_depth=min_depth, max_depth=max_depth)
     if weights:
         load_weights(model, weights)
+    assert isinstance(model, DepthModel)
     return model
+
+
+def set_threads(threads: int) -> int:
+    """``torch.set_num_threads(threads)`` when > 0 (0: torch's default); the count in use."""
+    if threads < 0:
+        raise ValueError(f"threads must be >= 0, got {threads}")
+    if threads > 0:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
 
 
 log = logging.getLogger(__name__)

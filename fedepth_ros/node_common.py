@@ -80,6 +80,22 @@ def tune_allocator() -> bool:
         return False
 
 
+def empty_parameter_message(argv: list[str]) -> str | None:
+    """A message for ``-p NAME:=`` with nothing after ``:=`` (the shell ate the quotes of
+    ``-p NAME:=""``), showing spellings that survive the shell; None when there is none."""
+    for i, arg in enumerate(argv[:-1]):
+        if arg in ("-p", "--param"):
+            item = argv[i + 1]
+            if item.endswith(":=") and item.count(":=") == 1:
+                name = item[:-2]
+                return (
+                    f"parameter {name!r} has no value: the shell removed the quotes of "
+                    f'-p {name}:="". Write -p {name}:="\'\'" (or -p "{name}:=\'\'") '
+                    f"for an empty string"
+                )
+    return None
+
+
 def _stop_worker(name: str, node: WorkerNode) -> bool:
     """``node.shutdown()``; False when the worker is still running afterwards (its join timed
     out, or a second Ctrl-C cut the wait short)."""
@@ -119,8 +135,13 @@ def run_node(name: str, make: Callable[[], WorkerNode], args: list[str] | None =
     if not faulthandler.is_enabled():
         # a native crash (SIGSEGV, SIGABRT, ...) prints every thread's Python stack to stderr
         faulthandler.enable()
+    argv = sys.argv if args is None else args
+    mangled = empty_parameter_message(list(argv))
+    if mangled is not None:
+        get_logger(name).error(mangled)
+        return 1
     tuned = tune_allocator()
-    rclpy.init(args=sys.argv if args is None else args)
+    rclpy.init(args=argv)
     if not tuned:
         get_logger(name).debug("allocator tuning unavailable (not glibc)")
     node: WorkerNode | None = None

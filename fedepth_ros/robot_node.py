@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -35,15 +36,15 @@ from fedepth.strategies import ClientUpdate, TrainTask
 from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient
 from fedepth_coordinator.robot import RobotProfile, run_robot
 from fedepth_ros import conversions as cv
-from fedepth_ros.learner import BufferLearner, LearnerConfig, build_model
+from fedepth_ros.learner import BufferLearner, LearnerConfig, build_model, set_threads
 from fedepth_ros.node_common import NodeConfigError, WorkerNode, connect, run_node
 from fedepth_ros.params import ROBOT_NODE, declare_parameters
 from fedepth_ros.sync import FrameBuffer, Pair, PairSync
 
 NODE_NAME = "robot_node"
 STATUS_TOPIC = "fedepth/status"
-#: A stamp this far behind the newest one is a jump back in time, not a late message.
-JUMP_BACK_NS = 500_000_000
+#: Seconds without messages before the diagnostics warn that a stream is silent.
+QUIET_S = 3.0
 #: Long-poll of the round plan; a shutdown cancels it at once (the channel is closed).
 POLL_S = 5.0
 
@@ -77,8 +78,13 @@ class RobotNode(WorkerNode):
             self.sync: PairSync[np.ndarray, np.ndarray] = PairSync(
                 round(float(p["sync_slop"]) * 1e9), int(p["sync_queue_size"])
             )
+            self.threads = set_threads(int(p["threads"]))
             model = build_model(
-                str(p["model"]), float(p["min_depth"]), float(p["max_depth"]), str(p["weights"])
+                str(p["model"]),
+                float(p["min_depth"]),
+                float(p["max_depth"]),
+                str(p["weights"]),
+                warn=self.get_logger().warning,
             )
             self.learner = BufferLearner(
                 self.robot_id,
@@ -97,7 +103,10 @@ class RobotNode(WorkerNode):
         except (ValueError, OSError, KeyError) as exc:
             raise NodeConfigError(f"robot_node {self.robot_id}: {exc}") from None
         self._k: np.ndarray | None = None
-        self._newest_stamp = -1
+        #: newest stamp per stream; any step back in one stream is a loop (bag replayed)
+        self._newest: dict[str, int] = {"image": -1, "depth": -1}
+        self._received = {"image": 0, "depth": 0}
+        self._started = time.monotonic()
         self._lock = threading.Lock()
         self._no_camera_info = 0
         self._bad_messages = 0
@@ -135,7 +144,7 @@ class RobotNode(WorkerNode):
             self._warn_bad("image", exc)
             return
         stamp = cv.stamp_to_ns(msg.header.stamp)
-        self._check_time(stamp)
+        self._check_time("image", stamp)
         self._take(self.sync.add_image(stamp, rgb))
 
     def _on_depth(self, msg: Image) -> None:
@@ -145,19 +154,24 @@ class RobotNode(WorkerNode):
             self._warn_bad("depth", exc)
             return
         stamp = cv.stamp_to_ns(msg.header.stamp)
-        self._check_time(stamp)
+        self._check_time("depth", stamp)
         self._take(self.sync.add_depth(stamp, depth))
 
-    def _check_time(self, stamp_ns: int) -> None:
-        """A stamp far behind the newest one: time jumped back; start pairing afresh."""
-        if stamp_ns < self._newest_stamp - JUMP_BACK_NS:
+    def _check_time(self, stream: str, stamp_ns: int) -> None:
+        """A stamp behind the newest one of the same stream (each stream is in order): time
+        jumped back (a looped bag, however short); start pairing afresh. The other stream
+        then starts over too, so its own jump back does not reset the pairs again."""
+        self._received[stream] += 1
+        newest = self._newest[stream]
+        if 0 <= stamp_ns < newest:
             self.get_logger().info(
-                f"time jumped back {(self._newest_stamp - stamp_ns) / 1e9:.3f} s (bag loop?); "
-                "resetting the image/depth synchronizer"
+                f"time jumped back {(newest - stamp_ns) / 1e9:.3f} s on {stream} (bag loop?); "
+                "resetting the image/depth synchronizer",
+                throttle_duration_sec=5.0,
             )
             self.sync.reset()
-            self._newest_stamp = stamp_ns
-        self._newest_stamp = max(self._newest_stamp, stamp_ns)
+            self._newest = {k: -1 for k in self._newest}
+        self._newest[stream] = max(self._newest[stream], stamp_ns)
 
     def _take(self, pairs: list[Pair[np.ndarray, np.ndarray]]) -> None:
         for pair in pairs:
@@ -270,15 +284,42 @@ class RobotNode(WorkerNode):
             "error": self.error,
         }
 
+    def diagnosis(self, status: dict[str, Any]) -> tuple[int, str]:
+        """(level, message) naming why the robot makes no progress, if it makes none."""
+        if status["error"]:
+            return DiagnosticStatus.ERROR, str(status["error"])
+        quiet = time.monotonic() - self._started > QUIET_S
+        with self._lock:
+            got = dict(self._received)
+        if status["phase"] == "buffering" and quiet:
+            for stream in ("image", "depth"):
+                if not got[stream]:
+                    return DiagnosticStatus.WARN, (
+                        f"no {stream} messages on {self.resolve_topic_name(stream)}: "
+                        "nothing to buffer"
+                    )
+            if self._k is None:
+                return DiagnosticStatus.WARN, (
+                    f"no camera_info on {self.resolve_topic_name('camera_info')}: "
+                    f"{status['pairs_without_camera_info']} pairs dropped"
+                )
+            if status["pairs"] == 0:
+                return DiagnosticStatus.WARN, (
+                    "image and depth never pair: their stamps differ by more than sync_slop"
+                )
+        if status["phase"] == "buffering":
+            return DiagnosticStatus.OK, (
+                f"buffering frames ({status['buffer']['size']}/"
+                f"{self.learner.config.descriptor_frames} for the descriptor)"
+            )
+        return DiagnosticStatus.OK, f"{status['phase']} (round {status['round']})"
+
     def publish_status(self) -> None:
         status = self.status()
         self.status_pub.publish(String(data=json.dumps(status)))
-        if status["error"]:
-            level, message = DiagnosticStatus.ERROR, str(status["error"])
-        elif status["phase"] == "buffering":
-            level, message = DiagnosticStatus.OK, "buffering frames"
-        else:
-            level, message = DiagnosticStatus.OK, f"{status['phase']} (round {status['round']})"
+        level, message = self.diagnosis(status)
+        if level == DiagnosticStatus.WARN:
+            self.get_logger().warning(message, throttle_duration_sec=10.0)
         values = [
             KeyValue(key=k, value=str(v)) for k, v in status.items() if not isinstance(v, dict)
         ]

@@ -54,8 +54,13 @@ def generate_launch_description() -> LaunchDescription:
         ),
         DeclareLaunchArgument(
             "depth_pred_topic",
-            default_value="depth_pred",
+            default_value="depth_pred/image",
             description="topic of the predicted depth (32FC1 metres)",
+        ),
+        DeclareLaunchArgument(
+            "depth_pred_info_topic",
+            default_value="depth_pred/camera_info",
+            description="camera_info of the predicted depth (keep it the image topic's sibling)",
         ),
         DeclareLaunchArgument(
             "log_level", default_value="info", description="ROS log level of both nodes"
@@ -101,7 +106,8 @@ def generate_launch_description() -> LaunchDescription:
         remappings=[
             ("image", LaunchConfiguration("image_topic")),
             ("camera_info", LaunchConfiguration("camera_info_topic")),
-            ("depth_pred", LaunchConfiguration("depth_pred_topic")),
+            ("depth_pred/image", LaunchConfiguration("depth_pred_topic")),
+            ("depth_pred/camera_info", LaunchConfiguration("depth_pred_info_topic")),
         ],
         ros_arguments=log_level,
     )

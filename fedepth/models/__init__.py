@@ -7,6 +7,14 @@ per file (``regression``, ``bins``, ``crf``, ``dct``) over torchvision encoders 
 from fedepth.models import bins, crf, dct, regression
 from fedepth.models.base import DepthModel, DepthOutput
 from fedepth.models.bins import BinsOutput
+from fedepth.models.card import (
+    CardMismatchError,
+    ModelCard,
+    card_of,
+    check_card,
+    load_model,
+    read_card,
+)
 from fedepth.models.dct import DCTOutput
 from fedepth.models.encoders import Encoder, list_encoders
 from fedepth.models.registry import create_model, list_models, register_model
@@ -23,20 +31,26 @@ from fedepth.models.state import (
 
 __all__ = [
     "BinsOutput",
+    "CardMismatchError",
     "DCTOutput",
     "DepthModel",
     "DepthOutput",
     "Encoder",
+    "ModelCard",
     "bins",
     "buffer_names",
+    "card_of",
+    "check_card",
     "create_model",
     "crf",
     "dct",
     "get_state",
     "list_encoders",
     "list_models",
+    "load_model",
     "load_state",
     "load_weights",
+    "read_card",
     "register_model",
     "regression",
     "save_state",

@@ -46,6 +46,8 @@ class DepthModel(nn.Module):
 
     model_name: str
     model_config: dict[str, Any]
+    #: (height, width) the weights were trained at, recorded on the model card; None: unknown
+    input_size: tuple[int, int] | None
     _mean: torch.Tensor
     _std: torch.Tensor
 
@@ -61,6 +63,7 @@ class DepthModel(nn.Module):
         self.variance_focus = float(variance_focus)
         self.model_name = type(self).__name__
         self.model_config = {}
+        self.input_size = None
         # Constants, not state: non-persistent, so they never enter a federated state.
         self.register_buffer(
             "_mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False

@@ -85,12 +85,21 @@ def load_state(path: str | Path) -> dict[str, np.ndarray]:
     return dict(load_file(str(p)))
 
 
-def save_weights(model: nn.Module, path: str | Path) -> None:
-    """Save ``model``'s state to safetensors, with its registry name and config as metadata."""
+def save_weights(
+    model: nn.Module, path: str | Path, *, input_size: tuple[int, int] | None = None
+) -> None:
+    """Save ``model``'s state to safetensors with its model card in the metadata.
+
+    ``input_size`` (height, width) is the training resolution recorded on the card (None: the
+    model's ``input_size`` attribute, set by the benchmark's pretraining).
+    """
+    from fedepth.models.card import CARD_KEY, card_of
+
     metadata = {}
     name = getattr(model, "model_name", None)
     if name:
         metadata["fedepth.model"] = str(name)
+        metadata[CARD_KEY] = card_of(model, input_size=input_size).to_json()
     config = getattr(model, "model_config", None)
     if config:
         metadata["fedepth.config"] = json.dumps(config, default=str, sort_keys=True)
@@ -98,5 +107,14 @@ def save_weights(model: nn.Module, path: str | Path) -> None:
 
 
 def load_weights(model: nn.Module, path: str | Path) -> None:
-    """Load a safetensors file into ``model`` strictly; errors name the file and the tensor."""
+    """Load a safetensors file into ``model`` strictly, after checking its model card (a
+    mismatch raises :class:`~fedepth.models.card.CardMismatchError` naming both sides; a file
+    without a card loads with a warning). Errors name the file and the tensor."""
+    from fedepth.models.card import card_from_metadata, check_card, read_metadata
+
+    source = f"weights file {str(path)!r}"
+    card = card_from_metadata(read_metadata(path), source)
+    check_card(card, model, source)
     set_state(model, load_state(path), source=str(path))
+    if card is not None and card.input_size is not None and hasattr(model, "input_size"):
+        setattr(model, "input_size", card.input_size)  # noqa: B010 (nn.Module typing)

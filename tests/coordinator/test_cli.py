@@ -21,13 +21,38 @@ REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "config" / "coordinator.yaml"
 
 
-def test_default_config_loads_and_requires_credentials(tmp_path: Path) -> None:
+def test_default_config_serves_a_depth_network_with_no_robots_yet(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
     config = load_config(DEFAULT)
     assert config.auth.credentials_file and config.strategy.name == "fedepth"
     assert config == load_config(None)  # the file documents exactly the defaults
-    code = main(["--config", str(DEFAULT), "--state-dir", str(tmp_path / "s"), "--port", "0",
-                 "--set", f"auth.credentials_file={tmp_path / 'none.yaml'}"])  # fmt: skip
-    assert code == 1  # refuses to start without a credentials file
+    assert config.model.name == "newcrfs-lite" and config.model.initial_weights is None
+    assert not Path(config.auth.credentials_file).is_relative_to(config.state.dir)
+    config = load_config(
+        DEFAULT,
+        [
+            ("state.dir", str(tmp_path / "s")),
+            ("server.port", 0),
+            ("server.host", "127.0.0.1"),
+            ("auth.credentials_file", str(tmp_path / "creds" / "none.yaml")),
+        ],
+    )
+    with caplog.at_level("INFO", logger="fedepth_coordinator"):
+        server = CoordinatorServer(config)
+        port = server.start()
+    try:
+        card = server.initial.card
+        assert card is not None and card.model == "newcrfs-lite" and card.max_depth == 80.0
+        assert "FRESH" in caplog.text and "--add-robot" in caplog.text
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        server.stop(grace=0.1)
 
 
 def test_overrides_and_errors_name_the_key(tmp_path: Path) -> None:

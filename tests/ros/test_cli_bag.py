@@ -34,10 +34,12 @@ def test_test_scene_then_info(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     }
     assert main(["bag", "info", str(out)]) == 0
     text = capsys.readouterr().out
-    assert (
-        "storage:   sqlite3" in text
-        and "/camera_info         6  sensor_msgs/msg/CameraInfo" in text
-    )
+    assert "storage:   sqlite3" in text
+    assert "/camera_info         6      5.00 Hz  sensor_msgs/msg/CameraInfo" in text
+    assert "/image               6      5.00 Hz  sensor_msgs/msg/Image  rgb8 32x24" in text
+    image = next(t for t in info["topics"] if t["name"] == "/image")
+    assert image["encoding"] == "rgb8" and image["resolution"] == [32, 24]
+    assert image["rate_hz"] == 5.0
 
 
 def test_bag_errors_are_one_line_exit_2(

@@ -155,7 +155,7 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
     domain = int(ros_env["ROS_DOMAIN_ID"])
     status_topics = {f"/{ns}/fedepth/status": String for ns in ROBOTS}
     depth_topics = {
-        "/unseen/depth_pred": Image,
+        "/unseen/depth_pred/image": Image,
         "/unseen/depth_pred/camera_info": CameraInfo,
         "/unseen/fedepth/route#latched": String,
     }
@@ -216,6 +216,7 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
             "token_file": token_files[principal],
             "descriptor_frames": DESCRIPTOR_FRAMES,
             "queue_size": 16,
+            "output_qos": "reliable",  # this listener subscribes reliably
             # re-routing with thresholds that any change trips: exercises drift -> Route
             "reroute": "true",
             "reroute_window": 2,
@@ -226,7 +227,7 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
             "reroute_cooldown": 0.0,
         }
         processes.node("depth", "fedepth_ros.depth_node", "unseen", depth_params)
-        assert listener.wait_for_publishers(["/unseen/depth_pred"], timeout=60)
+        assert listener.wait_for_publishers(["/unseen/depth_pred/image"], timeout=60)
         player = [sys.executable, "-m", "fedepth_ros.bag_player", str(unseen_bag)]
         player += [
             "--topics",
@@ -241,8 +242,8 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
         stamps = [f.stamp_ns for f in seq]
         assert processes.procs["player_unseen"].wait(90) == 0, processes.log("player_unseen")
         # images travel best effort (sensor-data QoS): on a loaded machine one may be lost
-        if not listener.wait_for({"/unseen/depth_pred": len(stamps)}, timeout=20):
-            assert len(listener.received["/unseen/depth_pred"]) >= DESCRIPTOR_FRAMES, (
+        if not listener.wait_for({"/unseen/depth_pred/image": len(stamps)}, timeout=20):
+            assert len(listener.received["/unseen/depth_pred/image"]) >= DESCRIPTOR_FRAMES, (
                 processes.logs()
             )
         assert processes.interrupt("depth") == 0, processes.log("depth")
@@ -257,7 +258,7 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
     assert route["source"] == "coordinator" and route["clusters"], route
     assert len(route["weights"]) == len(route["clusters"])
     assert sum(route["weights"]) == pytest.approx(1.0)
-    preds = [m for _, m in listener.received["/unseen/depth_pred"]]
+    preds = [m for _, m in listener.received["/unseen/depth_pred/image"]]
     got = [cv.stamp_to_ns(m.header.stamp) for m in preds]
     assert set(got) <= set(stamps) and got == sorted(got)
     for msg in preds:

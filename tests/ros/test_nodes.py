@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from sensor_msgs.msg import CameraInfo, Image
+from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import String
 
 from fedepth.models import create_model, save_weights
@@ -48,8 +48,9 @@ def test_depth_node_with_a_local_model_publishes_depth_for_every_frame(
     weights = tmp_path / "model.safetensors"
     save_weights(create_model("regression-lite", min_depth=0.1, max_depth=10.0), weights)
     topics = {
-        "/d/depth_pred": Image,
+        "/d/depth_pred/image": Image,
         "/d/depth_pred/camera_info": CameraInfo,
+        "/d/depth_pred/points": PointCloud2,
         "/d/fedepth/route#latched": String,
     }
     listener = listener_factory(topics)
@@ -59,10 +60,15 @@ def test_depth_node_with_a_local_model_publishes_depth_for_every_frame(
         "min_depth": 0.1,
         "device": "cpu",
         "queue_size": N_FRAMES,
+        "output_qos": "reliable",  # the listener counts every frame
+        "publish_points": "true",
     }
     node = start_node("depth_node", "d", params, ros_env)
     # depth_pred is volatile: play only once this listener is matched with the node
-    assert listener.wait_for_publishers(["/d/depth_pred", "/d/depth_pred/camera_info"])
+    assert listener.wait_for_publishers(
+        ["/d/depth_pred/image", "/d/depth_pred/camera_info", "/d/depth_pred/points"],
+        timeout=6 * TIMEOUT,  # the node imports torch and builds its model first
+    ), node.poll()
     player = start_player(
         [
             str(bags["mcap"]),
@@ -78,7 +84,10 @@ def test_depth_node_with_a_local_model_publishes_depth_for_every_frame(
         ],
         ros_env,
     )
-    got_all = listener.wait_for({"/d/depth_pred": N_FRAMES, "/d/fedepth/route#latched": 1})
+    got_all = listener.wait_for(
+        {"/d/depth_pred/image": N_FRAMES, "/d/depth_pred/points": N_FRAMES,
+         "/d/fedepth/route#latched": 1}
+    )  # fmt: skip
     rc_player, player_log = finish(player)
     rc, log = stop(node)
     counts = {t: len(m) for t, m in listener.received.items()}
@@ -86,7 +95,7 @@ def test_depth_node_with_a_local_model_publishes_depth_for_every_frame(
     assert "Traceback" not in log
 
     frames = synthetic_frames(N_FRAMES, rate_hz=RATE_HZ)
-    preds = [m for _, m in listener.received["/d/depth_pred"]]
+    preds = [m for _, m in listener.received["/d/depth_pred/image"]]
     assert [cv.stamp_to_ns(m.header.stamp) for m in preds] == [f.stamp_ns for f in frames]
     for msg in preds:
         depth = cv.image_to_numpy(msg)
@@ -94,6 +103,19 @@ def test_depth_node_with_a_local_model_publishes_depth_for_every_frame(
         assert np.isfinite(depth).all() and depth.min() >= 0.1 and depth.max() <= 10.0
     info = listener.received["/d/depth_pred/camera_info"][0][1]
     np.testing.assert_array_equal(cv.k_from_camera_info(info), frames[0].K)
+    assert info.header == preds[0].header  # the sibling camera_info carries the image header
+
+    # the point cloud against one computed here from the published depth and camera_info
+    cloud = listener.received["/d/depth_pred/points"][0][1]
+    assert [f.name for f in cloud.fields] == ["x", "y", "z"] and cloud.point_step == 12
+    assert cloud.header == preds[0].header
+    xyz = np.frombuffer(bytes(cloud.data), dtype="<f4").reshape(cloud.height, cloud.width, 3)
+    depth = cv.image_to_numpy(preds[0]).astype(np.float64)
+    K = np.asarray(info.k, dtype=np.float64).reshape(3, 3)
+    v, u = np.indices(depth.shape)
+    rays = np.linalg.inv(K) @ np.stack([u.ravel(), v.ravel(), np.ones(u.size)])
+    expected = (rays * depth.ravel()).T.reshape(*depth.shape, 3)
+    np.testing.assert_allclose(xyz, expected, rtol=1e-5, atol=1e-5)
     route = json.loads(listener.received["/d/fedepth/route#latched"][0][1].data)
     assert route["source"] == "local" and route["weights_file"] == str(weights)
 
@@ -173,6 +195,9 @@ def test_robot_node_buffers_pairs_and_reports_status_and_diagnostics(
         ("robot_node", {"buffer_size": 0}, "buffer_size must be >= 1, got 0"),
         ("robot_node", {"coordinator": "nohost"}, "coordinator must be host:port, got 'nohost'"),
         ("depth_node", {"weights": "/nonexistent.safetensors"}, "/nonexistent.safetensors"),
+        # what `-p coordinator:=""` becomes once a shell has eaten the quotes
+        ("depth_node", {"coordinator": ""}, "the shell removed the quotes"),
+        ("depth_node", {"output_qos": "fast"}, "output_qos must be sensor_data or reliable"),
     ],
 )
 def test_nodes_reject_unusable_parameters_in_one_line(

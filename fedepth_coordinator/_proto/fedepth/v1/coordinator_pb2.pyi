@@ -183,7 +183,7 @@ class TrainRecipe(_message.Message):
     def __init__(self, local_steps: _Optional[int] = ..., batch_size: _Optional[int] = ..., optimizer: _Optional[str] = ..., lr: _Optional[float] = ..., weight_decay: _Optional[float] = ..., momentum: _Optional[float] = ..., grad_clip: _Optional[float] = ..., schedule: _Optional[str] = ..., warmup_steps: _Optional[int] = ..., final_lr_fraction: _Optional[float] = ..., image_height: _Optional[int] = ..., image_width: _Optional[int] = ..., flip: _Optional[bool] = ..., seed: _Optional[int] = ..., variance_focus: _Optional[float] = ...) -> None: ...
 
 class DownloadHeader(_message.Message):
-    __slots__ = ("round", "hook", "hook_params", "state", "hook_state", "total_bytes", "recipe")
+    __slots__ = ("round", "hook", "hook_params", "state", "hook_state", "total_bytes", "recipe", "model_card")
     class HookParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -198,6 +198,7 @@ class DownloadHeader(_message.Message):
     HOOK_STATE_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     RECIPE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CARD_FIELD_NUMBER: _ClassVar[int]
     round: int
     hook: str
     hook_params: _containers.ScalarMap[str, float]
@@ -205,7 +206,8 @@ class DownloadHeader(_message.Message):
     hook_state: _containers.RepeatedCompositeFieldContainer[TensorGroup]
     total_bytes: int
     recipe: TrainRecipe
-    def __init__(self, round: _Optional[int] = ..., hook: _Optional[str] = ..., hook_params: _Optional[_Mapping[str, float]] = ..., state: _Optional[_Union[TensorGroup, _Mapping]] = ..., hook_state: _Optional[_Iterable[_Union[TensorGroup, _Mapping]]] = ..., total_bytes: _Optional[int] = ..., recipe: _Optional[_Union[TrainRecipe, _Mapping]] = ...) -> None: ...
+    model_card: str
+    def __init__(self, round: _Optional[int] = ..., hook: _Optional[str] = ..., hook_params: _Optional[_Mapping[str, float]] = ..., state: _Optional[_Union[TensorGroup, _Mapping]] = ..., hook_state: _Optional[_Iterable[_Union[TensorGroup, _Mapping]]] = ..., total_bytes: _Optional[int] = ..., recipe: _Optional[_Union[TrainRecipe, _Mapping]] = ..., model_card: _Optional[str] = ...) -> None: ...
 
 class DownloadMessage(_message.Message):
     __slots__ = ("header", "data")

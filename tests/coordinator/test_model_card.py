@@ -1,0 +1,88 @@
+"""The served model and its card: fresh, from a weights file, synthetic; carried in the header."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fedepth.models import ModelCard, create_model, get_state, save_state, save_weights
+from fedepth_coordinator import serde
+from fedepth_coordinator.client import CoordinatorClient
+from fedepth_coordinator.config import ConfigError, CoordinatorConfig, ModelConfig
+from fedepth_coordinator.domain import ModelHeader
+from fedepth_coordinator.server import initial_model, running
+from fedepth_coordinator.simulate import SimulatedFleet, robot_ids
+from fedepth_coordinator.tensors import Layout
+
+
+def test_a_fresh_named_model_is_seeded_and_carries_its_card() -> None:
+    cfg = ModelConfig(name="regression-lite", max_depth=80.0, seed=3)
+    a, b = initial_model(cfg, (64, 96)), initial_model(cfg, (64, 96))
+    assert a.card is not None and a.card.model == "regression-lite"
+    assert a.card.max_depth == 80.0 and a.card.input_size == (64, 96)
+    assert "FRESH" in a.source
+    assert all(np.array_equal(a.state[k], b.state[k]) for k in a.state)
+    assert a.state.keys() == get_state(create_model("regression-lite")).keys()
+
+
+def test_weights_file_card_is_served_and_checked(tmp_path: Path) -> None:
+    path = tmp_path / "w.safetensors"
+    save_weights(create_model("regression-lite", max_depth=20.0), path, input_size=(48, 64))
+    got = initial_model(ModelConfig(initial_weights=str(path)))
+    assert got.card is not None and got.card.max_depth == 20.0
+    served = initial_model(ModelConfig(name="newcrfs-lite", initial_weights=str(path)))
+    assert served.card == got.card  # the card wins over model.name
+    old = tmp_path / "old.safetensors"  # no card: must fit model.name, which gives the card
+    save_state(old, get_state(create_model("regression-lite")))
+    assert initial_model(ModelConfig(name=None, initial_weights=str(old))).card is None
+    named = initial_model(ModelConfig(name="regression-lite", initial_weights=str(old)))
+    assert named.card is not None and named.card.model == "regression-lite"
+    with pytest.raises(ValueError, match=r"old\.safetensors.*no model card.*newcrfs-lite"):
+        initial_model(ModelConfig(name="newcrfs-lite", initial_weights=str(old)))
+
+
+def test_synthetic_model_has_no_card_and_unknown_names_fail() -> None:
+    got = initial_model(ModelConfig(name=None))
+    assert got.card is None and "SYNTHETIC" in got.source
+    with pytest.raises(ConfigError, match=r"model\.name.*nosuchnet"):
+        CoordinatorConfig(model=ModelConfig(name="nosuchnet"))
+
+
+def test_card_survives_the_download_header() -> None:
+    card = ModelCard(model="newcrfs-lite", max_depth=80.0, input_size=(64, 96)).to_json()
+    layout = Layout.of({"state": {"w": np.zeros(3, np.float32)}})
+    header = ModelHeader(1, layout, card=card)
+    msg = type(serde.model_header_to_pb(header)).FromString(
+        serde.model_header_to_pb(header).SerializeToString()
+    )
+    assert serde.model_header_from_pb(msg) == header
+    assert (
+        serde.model_header_from_pb(serde.model_header_to_pb(ModelHeader(0, layout))).card is None
+    )
+
+
+def test_robots_download_the_card_of_a_served_network(
+    config_factory: Callable[..., CoordinatorConfig],
+    creds: Any,
+    connect: Callable[..., CoordinatorClient],
+) -> None:
+    config = config_factory(
+        model={"name": "regression-lite", "max_depth": 40.0},
+        rounds={"num_rounds": 1, "min_robots": 4},
+    )
+    robots = robot_ids(4)
+    with running(config) as server:
+        fleet = SimulatedFleet(f"127.0.0.1:{server.port}", creds.tokens, poll_s=1.0)
+        fleet.start_all(robots)
+        assert fleet.join(timeout_s=120), "robots did not finish"
+        assert not fleet.errors
+        got = connect(server.port, robots[0]).download_model(latest=True)
+    assert got.card is not None and got.card.model == "regression-lite"
+    assert got.card.max_depth == 40.0
+    assert got.card.input_size == tuple(config.training.image_size)
+    model = got.card.build()
+    assert set(got.task.state) == set(get_state(model))
