@@ -866,7 +866,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="FedAvg and FeDepth on the synthetic HPE scenario (small profile data, a "
         "shorter federation than `fedepth bench --profile small`), client training on every "
         "core (Ray); prints the table and a verdict of FeDepth vs FedAvg with the seed spread "
-        "when several seeds run. About 15 minutes the first time on a 2-core CPU.",
+        "when several seeds run. About 21 minutes the first time on a 2-core CPU, 14 once the "
+        "data and the pretrained model are cached.",
     )
     p.add_argument("--seed", type=int, default=None, help="one seed (default 0)")
     p.add_argument(
