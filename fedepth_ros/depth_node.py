@@ -107,6 +107,7 @@ class DepthNode(WorkerNode):
         self.monitor: DriftMonitor | None = None
         self.reroutes = 0
         self.queue: DropOldestQueue[Image] = DropOldestQueue(int(p["queue_size"]))
+        self._pending_max = max(self.descriptor_frames, int(p["queue_size"]))
         self._k: np.ndarray | None = None
         self.stop = threading.Event()
         self._lock = threading.Lock()
@@ -270,9 +271,11 @@ class DepthNode(WorkerNode):
                     self.ready = True
                     if self.reroute:
                         self.monitor = self._make_monitor()
-                    if not self.weights:  # the routing frames get depth from the routed model
-                        for m, r in pending:
+                    for m, r in pending:
+                        if not self.weights:  # the waiting frames get depth from the routed model
                             self._infer(m, r)
+                        if self.monitor is not None:
+                            self._watch(self.monitor, r)
                     pending.clear()
                 if self.ready:
                     self._infer(msg, rgb)
@@ -281,8 +284,11 @@ class DepthNode(WorkerNode):
                     continue
                 if self.weights:
                     self._infer(msg, rgb)  # the weights it has, while it waits for routing
+                # kept until routing ends (bounded like the input queue): they get depth from
+                # the routed model and feed its drift monitor
+                pending.append((msg, rgb))
+                del pending[: max(0, len(pending) - self._pending_max)]
                 if self._route_thread is None:
-                    pending.append((msg, rgb))
                     self.route_state = (
                         f"collecting frames for routing ({len(pending)}/{self.descriptor_frames})"
                     )

@@ -278,7 +278,7 @@ def test_seeds_are_averaged_and_more_seeds_or_methods_run_only_the_missing_pairs
     for k in TABLE_METRICS:
         assert e[k] == pytest.approx((s0[k] + s1[k]) / 2)
         assert e[f"{k}_std"] == pytest.approx(abs(s0[k] - s1[k]) / np.sqrt(2))
-    assert len(list((tmp_path / "cache" / "pretrain").glob("*-s1.safetensors"))) == 1
+    assert len(list((tmp_path / "cache" / "pretrain").glob("*-s1-*.safetensors"))) == 1
     assert list(more["seeds"]) == ["0", "1"] and more["seed"] == 0
     config = json.loads((spec.out / "config.json").read_text())
     assert config["seeds"] == [0, 1] and config["methods"] == ["fedavg", "fedprox"]
