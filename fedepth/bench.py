@@ -750,14 +750,6 @@ def _summary(run: MethodRun) -> dict[str, Any]:
     return out
 
 
-def _json(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o)}")
-
-
 def _one_line(name: str, summary: Mapping[str, Any], seed: int | None = None) -> str:
     at = "" if seed is None else f"seed {seed}  "
     return (
