@@ -205,9 +205,13 @@ def ensure_data(spec: BenchSpec) -> Path:
     """The scenario directory: the given one, or generated once into the cache."""
     if spec.data_dir is not None:
         return spec.data_dir
-    from fedepth.data.synth.generate import synthesize
+    from fedepth.data.synth.generate import GENERATOR_VERSION, synthesize
 
-    root = spec.cache_dir / "data" / f"{spec.scenario}-{spec.profile}-s{spec.sim.seed}"
+    root = (
+        spec.cache_dir
+        / "data"
+        / f"{spec.scenario}-{spec.profile}-s{spec.sim.seed}-g{GENERATOR_VERSION}"
+    )
     if not (root / "manifest.json").is_file():
         log.info("generating the %s/%s scenario into %s", spec.scenario, spec.profile, root)
         synthesize(spec.scenario, spec.profile, spec.sim.seed, root, progress=spec.progress)
@@ -218,9 +222,12 @@ def ensure_weights(spec: BenchSpec, scenario: Scenario) -> Path:
     """The initial checkpoint: the user's weights, or pretrained once and cached."""
     if spec.weights is not None:
         return spec.weights
+    from fedepth.data.synth.generate import GENERATOR_VERSION
+
     c = spec.sim
+    data = "" if spec.data_dir is not None else f"-g{GENERATOR_VERSION}"
     name = (
-        f"{spec.scenario}-{spec.profile}-{c.model}-{c.image_size[0]}x{c.image_size[1]}"
+        f"{spec.scenario}-{spec.profile}{data}-{c.model}-{c.image_size[0]}x{c.image_size[1]}"
         f"-{c.pretrain_steps}steps-s{c.seed}-{c.pretrain_key()}.safetensors"
     )
     path = spec.cache_dir / "pretrain" / name

@@ -17,6 +17,7 @@ from fedepth.data.m3ed import M3EDSequence
 from fedepth.data.synth import environments
 from fedepth.data.synth.generate import (
     build_site,
+    clear_trajectory,
     generate_m3ed,
     min_camera_height,
     site_length,
@@ -74,6 +75,36 @@ def test_rooms_stay_under_ten_metres(style: str) -> None:
         _, depth = r.render(cam, traj.pose(float(t)))
         assert depth.min() > 0.05  # closed room, camera never inside furniture
         assert depth.max() < 9.6
+
+
+@pytest.mark.parametrize("platform", ["spot", "falcon"])
+@pytest.mark.parametrize("style", sorted(environments.ROOM_STYLES))
+def test_indoor_trajectories_keep_the_platform_standoff(platform: str, style: str) -> None:
+    rng = np.random.default_rng(3)
+    plat = PLATFORMS[platform]
+    world = environments.indoor(rng, style, 0.6)
+    probe_times = np.arange(0.0, 20.0, 0.5)
+    traj = clear_trajectory(
+        world, plat, "indoor", rng, 20.0, plat.rig.event, probe_times, f"{platform}_{style}"
+    )
+    # checked at a finer resolution than the probe, and between the probed times
+    cam = plat.rig.event.resized(64, 36)
+    r = Renderer(world)
+    for t in np.arange(0.0, 20.0, 0.25):
+        _, depth = r.render(cam, traj.pose(float(t)))
+        assert np.median(depth[depth > 0]) >= 0.8 * plat.standoff, (style, t)
+
+
+def test_a_standoff_no_trajectory_keeps_is_reported_and_the_clearest_is_used(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rng = np.random.default_rng(4)
+    world = environments.indoor(rng, "bedroom", 0.6)
+    spot = dataclasses.replace(PLATFORMS["spot"], standoff=50.0)  # farther than any wall
+    with caplog.at_level("WARNING"):
+        traj = clear_trajectory(world, spot, "indoor", rng, 5.0, spot.rig.event, [0.0, 2.5], "x")
+    assert isinstance(traj, Trajectory)
+    assert "no trajectory of 16 keeps the spot's 50.0 m standoff" in caplog.text
 
 
 def test_depth_ranges_differ_between_environments() -> None:

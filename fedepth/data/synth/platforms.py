@@ -89,7 +89,9 @@ class Platform:
 
     ``height``: camera height above the ground (m); ``pitch``: downward camera tilt range (deg);
     ``speed``: travel speed range (m/s) per environment; ``motion``: the motion model
-    (smooth / legged / uav / handheld, see :mod:`fedepth.data.synth.trajectory`).
+    (smooth / legged / uav / handheld, see :mod:`fedepth.data.synth.trajectory`);
+    ``standoff``: the closest (m) the operator or the robot's obstacle avoidance lets the view
+    come to what is in front: the median z-depth of the camera's view never drops below it.
     """
 
     name: str
@@ -101,6 +103,7 @@ class Platform:
     headlight: bool = False
     altitude: dict[str, tuple[float, float]] | None = None
     pitch_by_env: dict[str, tuple[float, float]] | None = None
+    standoff: float = 1.0
 
     def speed_range(self, environment: str) -> tuple[float, float]:
         return self.speed.get(environment, self.speed["default"])
@@ -119,10 +122,18 @@ PLATFORMS: dict[str, Platform] = {
         "smooth",
         TOWER,
         headlight=True,
+        standoff=3.0,
     ),
-    # Boston Dynamics Spot: body ~0.5-0.6 m, tower camera ~0.6 m; walks at up to 1.6 m/s.
+    # Boston Dynamics Spot: body ~0.5-0.6 m, tower camera ~0.6 m; walks at up to 1.6 m/s. Its
+    # obstacle avoidance keeps the body ~0.5 m from walls, the tower camera ~1 m behind the nose.
     "spot": Platform(
-        "spot", 0.6, (2.0, 8.0), {"default": (0.8, 1.5), "indoor": (0.5, 1.1)}, "legged", TOWER
+        "spot",
+        0.6,
+        (2.0, 8.0),
+        {"default": (0.8, 1.5), "indoor": (0.5, 1.1)},
+        "legged",
+        TOWER,
+        standoff=1.0,
     ),
     # Falcon 450 quadrotor: camera pitched down while flying forward; 2-30 m above ground
     # outdoors (below the canopy along forest roads), 1-2 m indoors. Over open ground it looks
@@ -141,6 +152,8 @@ PLATFORMS: dict[str, Platform] = {
             "indoor": (1.0, 1.8),
         },
         pitch_by_env={"forest": (5.0, 20.0), "indoor": (5.0, 20.0)},
+        # a pilot keeps a quadrotor's 0.45 m frame and its propellers clear of walls
+        standoff=1.0,
     ),
     # A person holding the camera at chest/eye height (~1.5 m), walking 0.5-1.1 m/s, looking
     # slightly down and around (indoors further down, at furniture); NYUv2 was recorded this
@@ -153,5 +166,7 @@ PLATFORMS: dict[str, Platform] = {
         "handheld",
         TOWER,
         pitch_by_env={"indoor": (10.0, 35.0)},
+        # the Kinect's depth starts at ~0.5 m; NYUv2's frames keep a room's furniture in view
+        standoff=0.8,
     ),
 }
