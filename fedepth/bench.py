@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -214,7 +215,16 @@ def ensure_data(spec: BenchSpec) -> Path:
     )
     if not (root / "manifest.json").is_file():
         log.info("generating the %s/%s scenario into %s", spec.scenario, spec.profile, root)
-        synthesize(spec.scenario, spec.profile, spec.sim.seed, root, progress=spec.progress)
+        # every core: the output does not depend on the number of worker processes
+        workers = len(os.sched_getaffinity(0))
+        synthesize(
+            spec.scenario,
+            spec.profile,
+            spec.sim.seed,
+            root,
+            progress=spec.progress,
+            workers=workers,
+        )
     return root
 
 
