@@ -156,8 +156,9 @@ DEMO_METHODS = ("fedavg", "fedepth")
 def demo_config(seed: int = 0) -> SimConfig:
     """The embedded default job's configuration: the small profile's data, input size, loss and
     pretraining (so its cached checkpoint is shared with ``fedepth bench --profile small``),
-    with a short federation (measured: 14 min on a 2-core CPU with data and checkpoint cached)."""
-    return sim_config("hpe", "small", seed=seed, rounds=8, local_steps=6, last_rounds=3)
+    with a short federation: 6 rounds of 5 local steps, so that data synthesis, pretraining and
+    both methods fit in 15 minutes on a 2-core CPU (docs/results.md, section 'The demo')."""
+    return sim_config("hpe", "small", seed=seed, rounds=6, local_steps=5, last_rounds=3)
 
 
 def demo_verdict(results: dict[str, Any]) -> str:

@@ -60,7 +60,7 @@ class TrainRecipe:
     local_steps: int = 5
     batch_size: int = 4
     optimizer: Literal["adamw", "adam", "sgd"] = "adamw"
-    lr: float = 5e-4
+    lr: float = 1e-4
     weight_decay: float = 1e-2
     momentum: float = 0.0
     grad_clip: float | None = 1.0

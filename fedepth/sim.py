@@ -60,7 +60,7 @@ TABLE_METRICS = ("abs_rel", "sq_rel", "rmse", "rmse_log", "d1", "d2", "d3")
 PRETRAIN_THREADS = 2
 #: version of :func:`pretrain`'s recipe, part of the checkpoint cache key: bump it when the
 #: code changes what a pretraining run with the same settings produces
-PRETRAIN_REGIME = 2
+PRETRAIN_REGIME = 3
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class SimConfig:
     rounds: int = 10
     local_steps: int = 5
     batch_size: int = 4
-    lr: float = 5e-4
+    lr: float = 1e-4
     weight_decay: float = 1e-2
     #: optimizer of the local rounds: adamw | adam | sgd
     optimizer: str = "adamw"

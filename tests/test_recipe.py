@@ -17,7 +17,7 @@ from fedepth.sim import client_seed as sim_client_seed
 def test_defaults_are_the_simulations() -> None:
     assert SimConfig().recipe(0) == TrainRecipe()
     r = TrainRecipe()
-    assert (r.local_steps, r.batch_size, r.lr, r.weight_decay) == (5, 4, 5e-4, 1e-2)
+    assert (r.local_steps, r.batch_size, r.lr, r.weight_decay) == (5, 4, 1e-4, 1e-2)
     assert (r.optimizer, r.schedule, r.warmup_steps, r.grad_clip) == ("adamw", "constant", 0, 1.0)
     assert (r.image_size, r.flip, r.seed) == ((48, 64), True, 0)
 
