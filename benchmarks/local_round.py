@@ -41,24 +41,28 @@ def main() -> None:
     model = base.build_model()
     load_weights(model, args.weights)
     init = {k: v.detach().clone().numpy() for k, v in model.state_dict().items()}
-    picks = [sc.clients[i] for i in np.linspace(0, len(sc.clients) - 1, args.clients).round().astype(int)]
+    spread = np.linspace(0, len(sc.clients) - 1, args.clients).round().astype(int)
+    picks = [sc.clients[i] for i in spread]
     for client in picks:
         tests = [
-            s for s in sc.test
+            s
+            for s in sc.test
             if s.meta.platform == client.platform and s.meta.environment == client.environment
         ] or sc.test
         model.load_state_dict({k: torch.from_numpy(v) for k, v in init.items()})
         before = np.mean([evaluate_sequence(model, s, base)[0]["abs_rel"] for s in tests])
         for opt in args.optimizers.split(","):
             for lr in (float(x) for x in args.lrs.split(",")):
-                cfg = sim_config("hpe", "small", seed=0, local_steps=args.steps, lr=lr, optimizer=opt)
+                cfg = sim_config(
+                    "hpe", "small", seed=0, local_steps=args.steps, lr=lr, optimizer=opt
+                )
                 task = TrainTask(state=init, recipe=cfg.recipe(0))
                 t0 = time.perf_counter()
                 run_job(cfg, ClientJob(client.name, client.sequences, task, {}, rnd=0), model)
                 after = np.mean([evaluate_sequence(model, s, cfg)[0]["abs_rel"] for s in tests])
                 print(
-                    f"{client.name:40s} {opt:6s} lr {lr:7.1e}: abs_rel {before:.3f} -> {after:.3f} "
-                    f"({len(tests)} test seq, {time.perf_counter() - t0:.0f} s)",
+                    f"{client.name:40s} {opt:6s} lr {lr:7.1e}: abs_rel {before:.3f} -> "
+                    f"{after:.3f} ({len(tests)} test seq, {time.perf_counter() - t0:.0f} s)",
                     flush=True,
                 )
 
