@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 import yaml
 
-from fedepth_coordinator.state.base import ID_PATTERN
+from fedepth_coordinator.state.base import ID_PATTERN, shown, valid_id
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +70,8 @@ def read_credentials(path: str | Path) -> dict[str, Principal]:
         raise ValueError(f"{p}: expected a mapping 'principals: {{id: {{role, token_sha256}}}}'")
     out: dict[str, Principal] = {}
     for pid, entry in entries.items():
-        if not isinstance(pid, str) or not ID_PATTERN.match(pid):
-            raise ValueError(f"{p}: principal id {pid!r} must match {ID_PATTERN.pattern}")
+        if not isinstance(pid, str) or not valid_id(pid):
+            raise ValueError(f"{p}: principal id {shown(pid)} must match {ID_PATTERN.pattern}")
         if not isinstance(entry, Mapping) or entry.get("role") not in ROLES:
             raise ValueError(f"{p}: principal {pid!r} needs a role, one of {ROLES}")
         digest = str(entry.get("token_sha256", ""))
@@ -83,8 +83,8 @@ def read_credentials(path: str | Path) -> dict[str, Principal]:
 
 def add_principal(path: str | Path, principal_id: str, role: str = "robot") -> str:
     """Add (or re-key) a principal in the credentials file and return its new token."""
-    if not ID_PATTERN.match(principal_id):
-        raise ValueError(f"id {principal_id!r} must match {ID_PATTERN.pattern}")
+    if not valid_id(principal_id):
+        raise ValueError(f"id {shown(principal_id)} must match {ID_PATTERN.pattern}")
     if role not in ROLES:
         raise ValueError(f"role {role!r} must be one of {ROLES}")
     p = Path(path)

@@ -9,6 +9,7 @@ working directory. The server saves the resolved copy as ``<state dir>/config.re
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -198,6 +199,10 @@ class StateConfig:
     dir: str = "runs/coordinator"
     #: "sqlite" (durable) or "memory" (lost on exit; tests and dry runs).
     backend: str = "sqlite"
+    #: Blobs the state has no record of while it records no run (state.db lost, replaced or
+    #: corrupted): "refuse" to start, naming them and how to recover; "quarantine": move them
+    #: to <dir>/quarantine (never deleted) and start a fresh run.
+    unaccounted_blobs: str = "refuse"
 
 
 @dataclass(frozen=True)
@@ -259,6 +264,11 @@ def _check(c: CoordinatorConfig) -> None:
         c.state.backend in ("sqlite", "memory"),
         "state.backend",
         f"must be 'sqlite' or 'memory', got {c.state.backend!r}",
+    )
+    need(
+        c.state.unaccounted_blobs in ("refuse", "quarantine"),
+        "state.unaccounted_blobs",
+        f"must be 'refuse' or 'quarantine', got {c.state.unaccounted_blobs!r}",
     )
     v = c.validation
     need(
@@ -417,10 +427,12 @@ def to_dict(config: CoordinatorConfig) -> dict[str, Any]:
 def save_resolved(config: CoordinatorConfig, directory: str | Path) -> Path:
     """Write the resolved config into ``directory`` (atomically) and return its path."""
     d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = d / "config.resolved.yaml"
     tmp = path.with_suffix(".yaml.tmp")
     text = "# The resolved coordinator configuration of the last start (file + overrides).\n"
-    tmp.write_text(text + yaml.safe_dump(to_dict(config), sort_keys=False), encoding="utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text + yaml.safe_dump(to_dict(config), sort_keys=False))
     tmp.replace(path)
     return path

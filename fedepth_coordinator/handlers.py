@@ -79,11 +79,16 @@ from fedepth_coordinator.pipeline import consume_in_worker
 from fedepth_coordinator.state.base import (
     ID_PATTERN,
     Checkpoint,
+    CorruptBlobError,
     RobotRecord,
     RoundRecord,
     RunRecord,
+    Snapshot,
+    StateError,
     Store,
     UpdateRecord,
+    shown,
+    valid_id,
 )
 from fedepth_coordinator.tensors import (
     STATE,
@@ -119,6 +124,10 @@ def _check_labels(labels: Mapping[str, str], what: str) -> None:
                 f"{what}: label {k[:20]!r} must be non-empty and keys and values at most "
                 f"{MAX_LABEL_CHARS} characters"
             )
+
+
+def _some(keys: list[str]) -> str:
+    return ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "")
 
 
 def _same_descriptor(a: Descriptor | None, b: Descriptor | None) -> bool:
@@ -185,40 +194,35 @@ class Coordinator:
         self._history = list(snap.history)
         keep: set[str] = set()
         if snap.run is not None:
-            run = snap.run
-            self._initial = None
-            self._model_order = (
-                BlobReader(self.store, run.initial_blob).layout.group(STATE).names()
+            keep = self._resume(snap)
+        unreferenced = [k for k in self.store.blob_keys() if k not in keep]
+        # a blob whose checksum the database recorded is one this state wrote (an interrupted
+        # write, or an initial model written just before a crash): garbage. One it has no
+        # record of belongs to a run the database does not know (state.db lost, replaced or
+        # restored from an older backup): it may be the only copy of a run's models.
+        unknown = [k for k in unreferenced if self.store.blob_checksum(k) is None]
+        dropped = [k for k in unreferenced if k not in unknown]
+        if unknown and (snap.run is None and self.config.state.unaccounted_blobs == "refuse"):
+            raise StateError(
+                f"the state in {self.config.state.dir} records no run, but its blobs/ holds "
+                f"{len(unknown)} blobs it has no record of ({_some(unknown)}): state.db was "
+                "lost, replaced or corrupted. Recover: restore state.db (with its -wal file) "
+                "from a backup; or, to start a fresh run and keep those blobs aside, set "
+                "state.unaccounted_blobs=quarantine (moves them to <state dir>/quarantine); "
+                "or use another --state-dir. Nothing was deleted"
             )
-            self._load_checkpoint(run.checkpoint)
-            self._finished = run.finished
-            if run.open_round is not None:
-                rnd = run.open_round
-                reported = {u.robot_id: u for u in snap.updates if u.round == rnd.round}
-                self._round = _OpenRound(rnd, reported)
-                keep |= {u.blob for u in reported.values()}
-            keep |= {run.initial_blob, run.checkpoint.blob}
-            log.info(
-                "resumed run: %d rounds done, %d members, round %s open with %d accepted updates",
-                self._rounds_done,
-                len(self._members),
-                "-" if self._round is None else self._round.record.round,
-                0 if self._round is None else len(self._round.reported),
-            )
-        if snap.run is None and self.store.blob_keys():
-            # no run recorded but blobs on disk: the database was lost or replaced, and the
-            # blobs may be the only copy of a run's models; never delete them
-            keys = self.store.blob_keys()
-            moved = [self.store.quarantine_blob(k) for k in keys]
+        if unknown:
+            moved = [self.store.quarantine_blob(k) for k in unknown]
             log.warning(
-                "the state records no run but holds %d blobs (%s); they were moved aside, not "
-                "deleted, to %s. If state.db was lost or corrupted, stop, restore it from a "
-                "backup and move the blobs back; otherwise delete them",
-                len(keys),
-                ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else ""),
+                "the state has no record of %d blobs (%s); they were moved aside, not deleted, "
+                "to %s. If state.db was lost or restored from an older backup, stop, restore "
+                "the matching state.db and move them back; otherwise delete them",
+                len(unknown),
+                _some(unknown),
                 sorted({str(m).rsplit("/", 1)[0] for m in moved if m}) or "(kept in place)",
             )
-        dropped = self.store.collect_garbage(keep) if snap.run is not None else []
+        for k in dropped:
+            self.store.delete_blob(k)
         if dropped:
             log.info("removed %d unreferenced blobs left by an interrupted write", len(dropped))
         if snap.run is None:
@@ -226,6 +230,40 @@ class Coordinator:
                 self._maybe_start()  # enough robots may have been ready before a restart
             except FailedPreconditionError as exc:
                 log.warning("%s", exc)
+
+    def _resume(self, snap: Snapshot) -> set[str]:
+        """Restore the recorded run (blobs verified); the blobs it references."""
+        run = snap.run
+        assert run is not None
+        keep: set[str] = {run.initial_blob, run.checkpoint.blob}
+        try:
+            self._initial = None
+            self._model_order = (
+                BlobReader(self.store, run.initial_blob).layout.group(STATE).names()
+            )
+            self._load_checkpoint(run.checkpoint)
+        except Exception as exc:  # any fault of the stored run: one line, not a traceback
+            log.debug("restoring the run failed", exc_info=True)
+            raise StateError(
+                f"the run recorded in {self.config.state.dir} cannot be restored "
+                f"({type(exc).__name__}: {str(exc)[:300]}). Recover: restore the state "
+                "directory from a backup, or start a fresh run with another --state-dir; "
+                "nothing was deleted"
+            ) from None
+        self._finished = run.finished
+        if run.open_round is not None:
+            rnd = run.open_round
+            reported = {u.robot_id: u for u in snap.updates if u.round == rnd.round}
+            self._round = _OpenRound(rnd, reported)
+            keep |= {u.blob for u in reported.values()}
+        log.info(
+            "resumed run: %d rounds done, %d members, round %s open with %d accepted updates",
+            self._rounds_done,
+            len(self._members),
+            "-" if self._round is None else self._round.record.round,
+            0 if self._round is None else len(self._round.reported),
+        )
+        return keep
 
     def _new_strategy(self) -> Strategy:
         if self.strategy_factory is not None:
@@ -385,8 +423,10 @@ class Coordinator:
         self, caller: str, robot_id: str, num_samples: int, labels: Mapping[str, str]
     ) -> Registration:
         self._check_caller(caller, robot_id)
-        if not ID_PATTERN.match(robot_id):
-            raise InvalidArgumentError(f"robot id {robot_id!r} must match {ID_PATTERN.pattern}")
+        if not valid_id(robot_id):
+            raise InvalidArgumentError(
+                f"robot id {shown(robot_id)} must match {ID_PATTERN.pattern}"
+            )
         if num_samples <= 0:
             raise InvalidArgumentError(f"num_samples must be > 0, got {num_samples}")
         _check_labels(labels, f"robot {robot_id!r}")
@@ -823,7 +863,21 @@ class Coordinator:
         updates = []
         for robot_id in sorted(r.reported):
             rec = r.reported[robot_id]
-            reader = BlobReader(self.store, rec.blob)
+            try:
+                reader = BlobReader(self.store, rec.blob)
+            except (CorruptBlobError, OSError, KeyError, ValueError) as exc:
+                # changed on disk since it was accepted: never aggregated (nor served)
+                where = self.store.quarantine_blob(rec.blob)
+                log.error(
+                    "round %d: the accepted update of robot %s is left out of the aggregate: "
+                    "%s; moved to %s",
+                    rnd,
+                    robot_id,
+                    exc,
+                    where or "(kept in place)",
+                )
+                del r.reported[robot_id]
+                continue
             updates.append(
                 ClientUpdate(
                     cid=robot_id,

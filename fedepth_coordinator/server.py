@@ -149,14 +149,18 @@ class CoordinatorServer:
             self.initial.source,
             "no model card" if card is None else card.describe(),
         )
-        self.coordinator = Coordinator(
-            config,
-            self.store,
-            self.initial.state,
-            clock=clock,
-            strategy_factory=strategy_factory,
-            model_card=None if card is None else card.to_json(),
-        )
+        try:
+            self.coordinator = Coordinator(
+                config,
+                self.store,
+                self.initial.state,
+                clock=clock,
+                strategy_factory=strategy_factory,
+                model_card=None if card is None else card.to_json(),
+            )
+        except BaseException:
+            self.store.close()
+            raise
         self.credentials = CredentialStore(config.auth.credentials_file)
         limit = config.server.max_message_bytes
         self._server = grpc.server(

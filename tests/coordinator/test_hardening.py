@@ -3,7 +3,11 @@ state is left alone, and honest robots are still served."""
 
 from __future__ import annotations
 
+import logging
 import math
+import os
+import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -14,6 +18,7 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+import yaml
 
 from fedepth.clustering import subspace_basis
 from fedepth.descriptor import Descriptor
@@ -22,12 +27,15 @@ from fedepth_coordinator import serde, wire
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2_grpc as pb_grpc
 from fedepth_coordinator.auth import call_metadata
+from fedepth_coordinator.cli import main as cli_main
 from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient, open_channel
-from fedepth_coordinator.config import CoordinatorConfig
+from fedepth_coordinator.config import CoordinatorConfig, to_dict
 from fedepth_coordinator.domain import UpdateHeader
 from fedepth_coordinator.robot import RobotLoop
 from fedepth_coordinator.server import CoordinatorServer, running
 from fedepth_coordinator.simulate import deterministic_train, robot_ids, robot_profile
+from fedepth_coordinator.state import SqliteStore
+from fedepth_coordinator.state.base import StateError
 from fedepth_coordinator.tensors import Layout, iter_chunks
 
 ROBOTS = robot_ids(4)
@@ -507,14 +515,9 @@ def test_slowloris_upload_without_deadline_is_cancelled_when_idle(
     assert world.upload_raw(update).accepted == 2  # B's own retry is taken
 
 
-# -- (5) losing state.db never deletes the blobs --------------------------------------------------
-def test_lost_state_db_quarantines_the_blobs_instead_of_deleting_them(
-    config_factory: Callable[..., CoordinatorConfig],
-    creds: Any,
-    tmp_path: Any,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    config = config_factory(rounds={"num_rounds": 2, "min_robots": 4})
+# -- (5) losing state.db never deletes the blobs: the coordinator refuses to start --------------
+def _state_with_a_run(config: CoordinatorConfig, creds: Any) -> list[str]:
+    """Run a fleet into round 0 with one accepted update; the blob keys left in the state."""
     with running(config) as server:
         channel = open_channel(f"127.0.0.1:{server.port}")
         clients = {r: CoordinatorClient(channel, r, creds.tokens[r]) for r in ROBOTS}
@@ -527,13 +530,56 @@ def test_lost_state_db_quarantines_the_blobs_instead_of_deleting_them(
         blobs = server.store.blob_keys()
         channel.close()
     assert any(k.startswith("upd-") for k in blobs) and "initial" in blobs
+    return blobs
+
+
+def _files(directory: Any) -> dict[str, bytes]:
+    """The blob files under ``directory`` and their bytes."""
+    found = [p for p in directory.rglob("*") if p.suffix == ".safetensors"]
+    return {str(p.relative_to(directory)): p.read_bytes() for p in found}
+
+
+def test_lost_state_db_refuses_to_start_and_names_the_blobs(
+    config_factory: Callable[..., CoordinatorConfig], creds: Any, tmp_path: Any
+) -> None:
+    config = config_factory()
+    _state_with_a_run(config, creds)
     state = tmp_path / "state"
+    blobs = _files(state)
     for f in state.glob("state.db*"):
         f.unlink()  # the database is lost
+    with pytest.raises(StateError) as err:
+        CoordinatorServer(config)
+    msg = str(err.value)
+    assert "state.db is missing" in msg and "initial.safetensors" in msg and "backup" in msg
+    assert _files(state) == blobs and not (state / "state.db").exists()  # nothing touched
+
+
+def test_replaced_state_db_refuses_to_start_unless_told_to_quarantine(
+    config_factory: Callable[..., CoordinatorConfig],
+    creds: Any,
+    tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = config_factory()
+    blobs = _state_with_a_run(config, creds)
+    state = tmp_path / "state"
+    files = _files(state)
+    for f in state.glob("state.db*"):
+        f.unlink()
+    SqliteStore(tmp_path / "empty").close()  # a fresh database put in its place
+    (tmp_path / "empty" / "state.db").replace(state / "state.db")
+    with pytest.raises(StateError, match="has no record of") as err:
+        CoordinatorServer(config)
+    assert "state.unaccounted_blobs=quarantine" in str(err.value)
+    assert _files(state) == files  # nothing moved or deleted
+
+    config = config_factory(state={"unaccounted_blobs": "quarantine"})
     with caplog.at_level("WARNING"), running(config) as server:
         assert server.store.blob_keys() == []
         quarantined = sorted(
-            p.name.removesuffix(".safetensors") for p in (state / "quarantine").iterdir()
+            p.name.removesuffix(".safetensors")
+            for p in (state / "quarantine").glob("*.safetensors")
         )
         assert quarantined == blobs  # nothing deleted
         assert any("moved aside, not deleted" in r.message for r in caplog.records)
@@ -543,6 +589,91 @@ def test_lost_state_db_quarantines_the_blobs_instead_of_deleting_them(
         assert not c.register(p.num_samples, p.labels).member  # a fresh run can form
         assert c.health() == "SERVING"
         channel.close()
+
+
+def test_corrupt_checkpoint_blob_refuses_to_start(
+    config_factory: Callable[..., CoordinatorConfig], creds: Any, tmp_path: Any
+) -> None:
+    config = config_factory()
+    blobs = _state_with_a_run(config, creds)
+    (ckpt,) = [k for k in blobs if k.startswith("ckpt-")]
+    path = tmp_path / "state" / "blobs" / f"{ckpt}.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-8:] = np.full(2, np.nan, np.float32).tobytes()  # NaN bytes written on disk
+    path.write_bytes(bytes(data))
+    with pytest.raises(StateError, match=f"CorruptBlobError: blob '{ckpt}' is corrupt"):
+        CoordinatorServer(config)
+    assert path.read_bytes() == bytes(data)  # left for the operator to inspect
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_corrupt_state_db_ends_in_one_cannot_start_line(
+    damage: str,
+    config_factory: Callable[..., CoordinatorConfig],
+    creds: Any,
+    tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = config_factory()
+    _state_with_a_run(config, creds)
+    db = tmp_path / "state" / "state.db"
+    data = db.read_bytes()
+    db.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"\x13" * len(data))
+    file = tmp_path / "coordinator.yaml"
+    file.write_text(yaml.safe_dump(to_dict(config)))
+    with caplog.at_level("DEBUG"):
+        assert cli_main(["--config", str(file)]) == 1
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and errors[0].exc_info is None
+    msg = errors[0].getMessage()
+    assert msg.startswith("cannot start: ") and "state.db" in msg and "backup" in msg
+    assert "\n" not in msg
+
+
+def test_corrupt_state_db_prints_no_traceback(
+    config_factory: Callable[..., CoordinatorConfig], creds: Any, tmp_path: Any
+) -> None:
+    config = config_factory()
+    _state_with_a_run(config, creds)
+    (tmp_path / "state" / "state.db").write_bytes(b"SQLite format 3\x00" + b"\xff" * 8192)
+    file = tmp_path / "coordinator.yaml"
+    file.write_text(yaml.safe_dump(to_dict(config)))
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedepth_coordinator", "--config", str(file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if "cannot start" in ln]
+    assert len(lines) == 1 and "state.db" in lines[0], proc.stderr
+
+
+# -- (10) a blob changed on disk after it was accepted is never aggregated or served ------------
+def test_corrupt_accepted_update_blob_is_left_out_and_quarantined(
+    world: World, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    world.upload_raw(world.update(B))
+    key = next(u.blob for u in world.server.store.load().updates if u.robot_id == B)
+    path = tmp_path / "state" / "blobs" / f"{key}.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-64:] = np.full(16, np.nan, np.float32).tobytes()  # NaN bytes written on disk
+    path.write_bytes(bytes(data))
+    with caplog.at_level("ERROR", logger="fedepth_coordinator.handlers"):
+        for rid in ROBOTS:
+            if rid != B:
+                world.clients[rid].upload_update(0, world.update(rid))  # closes round 0
+    (closed,) = world.server.coordinator.fleet_status().history
+    assert closed.accepted == len(ROBOTS) - 1  # B's corrupt update was not aggregated
+    assert any(f"{key!r} is corrupt" in r.getMessage() for r in caplog.records)
+    assert (tmp_path / "state" / "quarantine" / f"{key}.safetensors").read_bytes() == data
+    assert key not in world.server.store.blob_keys()
+    for rid in ROBOTS:  # every served model is the honest aggregate: finite
+        model = world.clients[rid].download_model(latest=True)
+        assert model.round == 1
+        assert all(np.isfinite(v).all() for v in model.task.state.values())
 
 
 # -- (9) the duplicate tensor-name check of an upload header is linear ---------------------------
