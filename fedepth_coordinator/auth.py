@@ -26,7 +26,8 @@ from typing import Any
 import grpc
 import yaml
 
-from fedepth_coordinator.state.base import ID_PATTERN, shown, valid_id
+from fedepth_coordinator.errors import shown
+from fedepth_coordinator.state.base import ID_PATTERN, valid_id
 
 log = logging.getLogger(__name__)
 
@@ -230,11 +231,11 @@ class AuthInterceptor(grpc.ServerInterceptor):
             )
         principal = self.credentials.verify(pid, auth[len("Bearer ") :])
         if principal is None:
-            log.warning("rejected %s: bad credentials for principal %r", method, pid)
+            log.warning("rejected %s: bad credentials for principal %s", method, shown(pid))
             return _aborting(
                 handler,
                 grpc.StatusCode.UNAUTHENTICATED,
-                f"invalid credentials for principal {pid!r}: check its token "
+                f"invalid credentials for principal {shown(pid)}: check its token "
                 "(re-issue with `fedepth-coordinator --add-robot ID`)",
             )
         name = method[len(SERVICE_PREFIX) :]

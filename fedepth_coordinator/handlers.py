@@ -74,6 +74,7 @@ from fedepth_coordinator.errors import (
     NotFoundError,
     PermissionDeniedError,
     ResourceExhaustedError,
+    shown,
 )
 from fedepth_coordinator.pipeline import consume_in_worker
 from fedepth_coordinator.state.base import (
@@ -87,7 +88,6 @@ from fedepth_coordinator.state.base import (
     StateError,
     Store,
     UpdateRecord,
-    shown,
     valid_id,
 )
 from fedepth_coordinator.tensors import (
@@ -307,7 +307,7 @@ class Coordinator:
     def _check_caller(caller: str, robot_id: str) -> None:
         if caller != robot_id:
             raise PermissionDeniedError(
-                f"principal {caller!r} may not act as robot {robot_id!r}: a robot can only "
+                f"principal {caller!r} may not act as robot {shown(robot_id)}: a robot can only "
                 "send requests in its own name"
             )
 
@@ -316,7 +316,7 @@ class Coordinator:
             return self._robots[robot_id]
         except KeyError:
             raise NotFoundError(
-                f"robot {robot_id!r} is not registered; call Register first"
+                f"robot {shown(robot_id)} is not registered; call Register first"
             ) from None
 
     def _touch(self, robot_id: str) -> None:
@@ -387,6 +387,18 @@ class Coordinator:
                 raise InvalidArgumentError(
                     "descriptor's divergence to the fleet's is not finite: it cannot be clustered"
                 )
+
+    def _check_summary_values(self, summaries: Mapping[str, np.ndarray]) -> None:
+        """Inline summaries (descriptor uploads and Route alike): bounded size, finite."""
+        size = sum(np.asarray(a).nbytes for a in summaries.values())
+        if size > self.config.validation.max_summary_bytes:
+            raise ResourceExhaustedError(
+                f"summaries take {size} bytes; at most {self.config.validation.max_summary_bytes}"
+                " are accepted (validation.max_summary_bytes)"
+            )
+        for name, arr in summaries.items():
+            if np.asarray(arr).dtype.kind == "f" and not np.isfinite(arr).all():
+                raise InvalidArgumentError(f"summary {shown(name)} contains NaN or Inf")
 
     @staticmethod
     def _check_summaries(d: Descriptor, summaries: Mapping[str, np.ndarray]) -> None:
@@ -462,15 +474,7 @@ class Coordinator:
         summaries: Mapping[str, np.ndarray],
     ) -> DescriptorAck:
         self._check_caller(caller, robot_id)
-        size = sum(np.asarray(a).nbytes for a in summaries.values())
-        if size > self.config.validation.max_summary_bytes:
-            raise ResourceExhaustedError(
-                f"summaries take {size} bytes; at most {self.config.validation.max_summary_bytes}"
-                " are accepted (validation.max_summary_bytes)"
-            )
-        for name, arr in summaries.items():
-            if np.asarray(arr).dtype.kind == "f" and not np.isfinite(arr).all():
-                raise InvalidArgumentError(f"summary {name!r} contains NaN or Inf")
+        self._check_summary_values(summaries)
         with self._cond:
             old = self._robot(robot_id)
             self._touch(robot_id)
@@ -941,6 +945,7 @@ class Coordinator:
         summaries: Mapping[str, np.ndarray] | None = None,
     ) -> RouteStream:
         """The clusters serving an unseen sequence and, optionally, their averaged model."""
+        self._check_summary_values(summaries or {})
         with self._cond:
             if caller in self._robots:
                 self._touch(caller)

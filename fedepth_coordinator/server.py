@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import threading
 import time
@@ -30,7 +31,7 @@ from fedepth_coordinator.config import CoordinatorConfig, ModelConfig, save_reso
 from fedepth_coordinator.handlers import Coordinator
 from fedepth_coordinator.servicer import CoordinatorServicer, add_to_server
 from fedepth_coordinator.state import Store, open_store
-from fedepth_coordinator.tensors import State
+from fedepth_coordinator.tensors import STATE, State
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,38 @@ def initial_model(cfg: ModelConfig, input_size: tuple[int, int] | None = None) -
 def load_initial_model(cfg: ModelConfig) -> State:
     """The starting weights (see :func:`initial_model`)."""
     return initial_model(cfg).state
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it resolves to whatever the network says
+        return False
+
+
+def startup_warnings(config: CoordinatorConfig) -> list[str]:
+    """What an operator must hear about an unsafe configuration before robots connect."""
+    out = []
+    host = config.server.host
+    if not config.tls.enabled and not is_loopback(host):
+        out.append(
+            f"serving PLAINTEXT on {host}:{config.server.port}, which is not a loopback "
+            "address: robot tokens and models cross the network unencrypted, so anyone on it "
+            "can read a token and act as that robot. Set tls.cert_file and tls.key_file (and "
+            "tls.client_ca_file for mutual TLS), or server.host: 127.0.0.1 for a local trial"
+        )
+    v = config.validation
+    if v.max_update_norm is None and STATE not in v.max_group_norms:
+        out.append(
+            "no update norm bound (validation.max_update_norm is null): one robot's update can "
+            "move its clusters' models arbitrarily far in a round; set "
+            "validation.max_update_norm (e.g. a few times the honest updates' norms) and/or "
+            "validation.robust_aggregation"
+        )
+    return out
 
 
 def _read(path: str | None) -> bytes | None:
@@ -212,6 +245,8 @@ class CoordinatorServer:
                 "restart; it prints the robot's token)",
                 self.credentials.path,
             )
+        for warning in startup_warnings(self.config):
+            log.warning("%s", warning)
         tls = self.config.tls
         mode = "mutual TLS" if tls.client_ca_file else "TLS" if tls.enabled else "plaintext"
         log.info(

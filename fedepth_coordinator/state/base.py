@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from fedepth.descriptor import Descriptor
+from fedepth_coordinator.errors import shown
 
 #: Robot ids: short, plain, safe as file names (use ``fullmatch``: no trailing newline).
 ID_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -234,15 +235,6 @@ class Store(ABC):
 def valid_id(text: str) -> bool:
     """Whether ``text`` is a robot / principal id (the whole string, no trailing newline)."""
     return ID_PATTERN.fullmatch(text) is not None
-
-
-def shown(text: object, limit: int = 80) -> str:
-    """``repr`` of an attacker-controlled value for logs and error details, at most about
-    ``limit`` characters (control characters escaped, long values cut with their length)."""
-    if isinstance(text, str) and len(text) > limit:
-        return f"{text[:limit]!r}... ({len(text)} characters)"
-    r = repr(text)
-    return r if len(r) <= limit + 2 else f"{r[:limit]}... ({len(r)} characters)"
 
 
 def check_key(key: str) -> str:

@@ -687,3 +687,90 @@ def test_huge_header_of_repeated_names_is_checked_in_linear_time() -> None:
     with pytest.raises(InvalidArgumentError, match="repeats tensor names"):
         Layout((Group("state", specs + specs[:50_000]),))
     assert time.process_time() - t0 < 2.0
+
+
+# -- (11) safe defaults, bounded echoes, exact id pattern -----------------------------------------
+def test_plaintext_on_a_network_address_and_no_norm_bound_are_warned_at_start() -> None:
+    from fedepth_coordinator.config import config_from_dict
+    from fedepth_coordinator.server import startup_warnings
+
+    default = startup_warnings(config_from_dict({}))  # 0.0.0.0, no TLS, no norm bound
+    assert len(default) == 2
+    assert "PLAINTEXT on 0.0.0.0" in default[0] and "tls.cert_file" in default[0]
+    assert "server.host: 127.0.0.1" in default[0]
+    assert "validation.max_update_norm" in default[1]
+    local = config_from_dict(
+        {"server": {"host": "127.0.0.1"}, "validation": {"max_update_norm": 10.0}}
+    )
+    assert startup_warnings(local) == []
+    assert len(startup_warnings(config_from_dict({"server": {"host": "::1"}}))) == 1
+
+
+def test_default_bind_logs_the_plaintext_warning_when_it_starts(
+    config_factory: Callable[..., CoordinatorConfig], caplog: pytest.LogCaptureFixture
+) -> None:
+    config = config_factory(server={"host": "0.0.0.0"})
+    with caplog.at_level("WARNING", logger="fedepth_coordinator.server"), running(config):
+        pass
+    assert sum("PLAINTEXT" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("rid", ["robot-000\n", "robot-000\n\n", "a" * 65, "robot 0"])
+def test_robot_id_pattern_matches_the_whole_id(rid: str, creds: Any) -> None:
+    from fedepth_coordinator.auth import add_principal
+    from fedepth_coordinator.state.base import valid_id
+
+    assert not valid_id(rid)
+    with pytest.raises(ValueError, match="must match"):
+        add_principal(creds.path, rid)
+    assert valid_id("robot-000")
+
+
+def test_route_summaries_obey_max_summary_bytes(world_factory: Callable[..., World]) -> None:
+    world = world_factory(validation={"max_summary_bytes": 4096})
+    big = serde.inline_to_pb({"pacfl_basis": np.zeros((64, 16))})  # 8 KiB
+    before = world.snapshot()
+    err = _rejected(
+        lambda: list(
+            world.stub.Route(
+                pb.RouteRequest(
+                    descriptor=serde.descriptor_to_pb(robot_profile(A).descriptor),
+                    summaries=big,
+                ),
+                metadata=world.md(),
+                timeout=20,
+            )
+        )
+    )
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.details()
+    assert "validation.max_summary_bytes" in (err.details() or "")
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
+
+
+def test_attacker_sized_ids_are_bounded_in_replies_and_logs(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    huge = "x" * 5000 + "\nFAKE LOG LINE"
+    before = world.snapshot()
+    with caplog.at_level("INFO"):
+        err = _rejected(
+            lambda: world.stub.Register(
+                pb.RegisterRequest(robot_id=huge, num_samples=5), metadata=world.md(), timeout=20
+            )
+        )
+        assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert len(err.details() or "") < 400 and "5014 characters" in (err.details() or "")
+        err = _rejected(
+            lambda: world.stub.Register(
+                pb.RegisterRequest(robot_id=B, num_samples=5),
+                metadata=call_metadata("y" * 5000, "bad"),
+                timeout=20,
+            )
+        )
+        assert err.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert len(err.details() or "") < 400
+    assert all(len(r.getMessage()) < 1000 for r in caplog.records)
+    assert not any("FAKE LOG LINE" in r.getMessage() for r in caplog.records)
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
