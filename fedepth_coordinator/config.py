@@ -51,6 +51,9 @@ class ServerConfig:
     #: A weight stream that moves no chunk for this long (a robot that stopped reading or
     #: sending) is cancelled and frees its slot, in seconds; null: never.
     stream_idle_s: float | None = 60.0
+    #: Calls one principal may have in flight at once (long polls, streams, anything); more
+    #: are RESOURCE_EXHAUSTED, so that one robot cannot hold every worker. Below max_workers.
+    max_calls_per_robot: int = 4
     #: Longest a GetRoundPlan call waits for a new round, in seconds.
     max_wait_s: float = 20.0
     #: Seconds in-flight calls get to finish on shutdown.
@@ -186,6 +189,9 @@ class ValidationConfig:
     max_extra_groups: int = 4
     #: Largest total size of a robot's inline summaries (PACFL basis, ...), in bytes.
     max_summary_bytes: int = 1 << 20
+    #: Most columns (p) of a PACFL subspace basis: formation computes N^2 principal angles,
+    #: each an SVD of a p x p product, so p bounds its work.
+    max_basis_columns: int = 32
     #: Aggregation weight of an update, given the sample count in its header and the one the
     #: robot registered: "clipped" (the header's, at most the registered one), "registered"
     #: (always the registered one), "strict" (a header that differs is INVALID_ARGUMENT) or
@@ -241,6 +247,11 @@ def _check(c: CoordinatorConfig) -> None:
     need(s.max_transfers >= 1, "server.max_transfers", f"must be >= 1, got {s.max_transfers}")
     need(s.max_transfers_per_robot >= 1, "server.max_transfers_per_robot", "must be >= 1")
     need(
+        1 <= s.max_calls_per_robot < s.max_workers,
+        "server.max_calls_per_robot",
+        f"must lie in [1, server.max_workers), got {s.max_calls_per_robot}",
+    )
+    need(
         s.stream_idle_s is None or s.stream_idle_s > 0,
         "server.stream_idle_s",
         "must be > 0 or null",
@@ -277,6 +288,7 @@ def _check(c: CoordinatorConfig) -> None:
         "must be > 0 or null",
     )
     need(v.max_extra_groups >= 0, "validation.max_extra_groups", "must be >= 0")
+    need(v.max_basis_columns >= 1, "validation.max_basis_columns", "must be >= 1")
     need(
         v.descriptor_dim is None or 1 <= v.descriptor_dim <= v.max_descriptor_dim,
         "validation.descriptor_dim",

@@ -180,6 +180,8 @@ class Coordinator:
         self._checkpoint: Checkpoint | None = None
         self._round: _OpenRound | None = None
         self._finished = False
+        #: the robots a fleet is being formed with (None: no formation in progress)
+        self._forming: set[str] | None = None
         self._history: list[RoundRecord] = []
         #: weight streams (downloads, uploads, routed models) allowed in flight at once
         self._transfers = threading.BoundedSemaphore(config.server.max_transfers)
@@ -227,7 +229,7 @@ class Coordinator:
             log.info("removed %d unreferenced blobs left by an interrupted write", len(dropped))
         if snap.run is None:
             try:
-                self._maybe_start()  # enough robots may have been ready before a restart
+                self._form_fleet()  # enough robots may have been ready before a restart
             except FailedPreconditionError as exc:
                 log.warning("%s", exc)
 
@@ -400,8 +402,7 @@ class Coordinator:
             if np.asarray(arr).dtype.kind == "f" and not np.isfinite(arr).all():
                 raise InvalidArgumentError(f"summary {shown(name)} contains NaN or Inf")
 
-    @staticmethod
-    def _check_summaries(d: Descriptor, summaries: Mapping[str, np.ndarray]) -> None:
+    def _check_summaries(self, d: Descriptor, summaries: Mapping[str, np.ndarray]) -> None:
         basis = summaries.get(PACFL_BASIS)
         if basis is None:
             return
@@ -410,6 +411,13 @@ class Coordinator:
             raise InvalidArgumentError(
                 f"summary {PACFL_BASIS!r} must be a D x p basis with D = {d.dim} (the "
                 f"descriptor's dimension) and 1 <= p <= D, got shape {list(b.shape)}"
+            )
+        most = self.config.validation.max_basis_columns
+        if b.shape[1] > most:
+            # formation costs N^2 SVDs of p x p products (D p^2 each): p is what bounds it
+            raise InvalidArgumentError(
+                f"summary {PACFL_BASIS!r} has {b.shape[1]} columns; at most {most} are "
+                "accepted (validation.max_basis_columns)"
             )
         if b.dtype.kind != "f":
             raise InvalidArgumentError(f"summary {PACFL_BASIS!r} must be floating point")
@@ -453,6 +461,7 @@ class Coordinator:
                         "during a run (re-register with the same values)"
                     )
             elif old is None or old.num_samples != num_samples or dict(old.labels) != dict(labels):
+                self._check_not_forming(robot_id)
                 new = RobotRecord(
                     robot_id,
                     num_samples,
@@ -464,6 +473,8 @@ class Coordinator:
                 self._robots[robot_id] = new
                 log.info("robot %s registered (%d samples, %s)", robot_id, num_samples, labels)
                 self._after_fleet_change(robot_id)
+        self._form_fleet()  # outside the lock: formation work may be long
+        with self._cond:
             return Registration(self.phase, robot_id in self._member_set)
 
     def upload_descriptor(
@@ -490,32 +501,71 @@ class Coordinator:
                         "change during a run"
                     )
             else:
+                self._check_not_forming(robot_id)
                 new = replace(old, descriptor=descriptor, summaries=dict(summaries))
                 self.store.put_robot(new)
                 self._robots[robot_id] = new
                 self._after_fleet_change(robot_id)
+        self._form_fleet()  # outside the lock: formation work (PACFL's SVDs) may be long
+        with self._cond:
             return DescriptorAck(
                 self.phase, robot_id in self._member_set, self._clusters_of(robot_id)
             )
 
+    def _check_not_forming(self, robot_id: str) -> None:
+        if self._forming is not None and robot_id in self._forming:
+            raise AbortedError(
+                f"the fleet is being formed with robot {robot_id!r}'s current registration and "
+                "descriptor, which cannot change meanwhile: retry shortly"
+            )
+
     def _after_fleet_change(self, robot_id: str) -> None:
-        if self._strategy is None:
-            self._maybe_start()
-        elif robot_id not in self._member_set and self._robots[robot_id].descriptor is not None:
+        """A robot's record changed (lock held); one that is ready joins a running fleet (the
+        caller then calls :meth:`_form_fleet`, outside the lock, for a fleet not formed yet)."""
+        if self._strategy is None or self._forming is not None:
+            return
+        if robot_id not in self._member_set and self._robots[robot_id].descriptor is not None:
             self._join(robot_id)
 
-    def _maybe_start(self) -> None:
-        ready = self._ready()
-        if len(ready) < self.config.rounds.min_robots:
-            return
-        assert self._initial is not None
-        strategy = self._new_strategy()
+    def _form_fleet(self) -> None:
+        """Form the fleet once enough robots are ready. The strategy's formation work
+        (``initialize``: divergences, PACFL's principal angles) runs without the lock, so the
+        coordinator answers other calls meanwhile; the robots it is formed with cannot change
+        their records until it is done (ABORTED)."""
+        with self._cond:
+            if self._strategy is not None or self._forming is not None:
+                return
+            ready = self._ready()
+            if len(ready) < self.config.rounds.min_robots:
+                return
+            assert self._initial is not None
+            infos = [self._client_info(self._robots[r]) for r in ready]
+            initial = self._initial
+            self._forming = set(ready)
         try:
-            strategy.initialize([self._client_info(self._robots[r]) for r in ready], self._initial)
-        except ValueError as exc:
-            raise FailedPreconditionError(
-                f"the fleet of {len(ready)} robots could not be formed: {exc}"
-            ) from exc
+            strategy = self._new_strategy()
+            try:
+                strategy.initialize(infos, initial)
+            except ValueError as exc:
+                raise FailedPreconditionError(
+                    f"the fleet of {len(ready)} robots could not be formed: {exc}"
+                ) from exc
+            with self._cond:
+                self._start_run(strategy, ready)
+        finally:
+            with self._cond:
+                self._forming = None
+        with self._cond:  # robots that became ready while it was formed join now
+            for rid in self._ready():
+                if rid not in self._member_set:
+                    try:
+                        self._join(rid)
+                    except (FailedPreconditionError, InvalidArgumentError) as exc:
+                        log.warning("robot %s did not join the formed fleet: %s", rid, exc)
+
+    def _start_run(self, strategy: Strategy, ready: list[str]) -> None:
+        """Record the run of a formed strategy and open round 0 (lock held)."""
+        assert self._initial is not None
         self._strategy = strategy
         self._members, self._member_set, self._num_initial = list(ready), set(ready), len(ready)
         self._rounds_done = 0

@@ -29,6 +29,7 @@ from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
 from fedepth_coordinator.auth import AuthInterceptor, CredentialStore
 from fedepth_coordinator.config import CoordinatorConfig, ModelConfig, save_resolved
 from fedepth_coordinator.handlers import Coordinator
+from fedepth_coordinator.limits import CallLimitInterceptor
 from fedepth_coordinator.servicer import CoordinatorServicer, add_to_server
 from fedepth_coordinator.state import Store, open_store
 from fedepth_coordinator.tensors import STATE, State
@@ -195,12 +196,14 @@ class CoordinatorServer:
             self.store.close()
             raise
         self.credentials = CredentialStore(config.auth.credentials_file)
+        self.call_limit = CallLimitInterceptor(config.server.max_calls_per_robot)
         limit = config.server.max_message_bytes
         self._server = grpc.server(
             futures.ThreadPoolExecutor(
                 max_workers=config.server.max_workers, thread_name_prefix="coordinator"
             ),
-            interceptors=[AuthInterceptor(self.credentials)],
+            # auth first: only verified principals are counted by the call limit
+            interceptors=[AuthInterceptor(self.credentials), self.call_limit],
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),

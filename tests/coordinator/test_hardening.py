@@ -23,6 +23,7 @@ import yaml
 from fedepth.clustering import subspace_basis
 from fedepth.descriptor import Descriptor
 from fedepth.strategies import ClientUpdate
+from fedepth.strategies.pacfl import PACFL
 from fedepth_coordinator import serde, wire
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2_grpc as pb_grpc
@@ -774,3 +775,120 @@ def test_attacker_sized_ids_are_bounded_in_replies_and_logs(
     assert not any("FAKE LOG LINE" in r.getMessage() for r in caplog.records)
     assert world.snapshot() == before
     world.honest_robots_are_served()
+
+
+# -- (9) one robot cannot exhaust the workers; formation runs outside the lock and is bounded ----
+def test_one_robot_cannot_fill_every_worker_with_long_polls(
+    world_factory: Callable[..., World],
+) -> None:
+    world = world_factory(server={"max_workers": 8, "max_calls_per_robot": 2, "max_wait_s": 10.0})
+    polls = [
+        world.stub.GetRoundPlan.future(
+            pb.GetRoundPlanRequest(robot_id=B, after_round=0, wait_s=10.0),
+            metadata=world.md(),
+            timeout=30,
+        )
+        for _ in range(8)  # as many as there are workers
+    ]
+    t0 = time.monotonic()
+    refused = []
+    for f in polls:
+        try:
+            f.result(timeout=3)
+        except grpc.FutureTimeoutError:
+            continue  # still waiting: one of the two it may hold
+        except grpc.RpcError as err:
+            refused.append(err)
+    assert len(refused) == 6, [e.details() for e in refused]
+    assert all(e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED for e in refused)
+    assert "server.max_calls_per_robot" in (refused[0].details() or "")
+    assert world.server.call_limit.in_flight(B) == 2
+    world.honest_robots_are_served()  # health answers, A downloads and uploads
+    assert time.monotonic() - t0 < 10
+    for f in polls:
+        f.cancel()
+    deadline = time.monotonic() + 10
+    while world.server.call_limit.in_flight(B):
+        assert time.monotonic() < deadline, "cancelled long polls kept their count"
+        time.sleep(0.05)
+
+
+def test_pacfl_basis_with_too_many_columns_is_rejected(
+    world_factory: Callable[..., World],
+) -> None:
+    rejected: list[tuple[grpc.StatusCode, str]] = []
+
+    def first(mallory: CoordinatorClient) -> None:
+        _mallory_registers(mallory)
+        try:
+            mallory.upload_descriptor(_descriptor(0.0, 1.0), _basis(MALLORY, p=5))
+        except CoordinatorCallError as exc:
+            rejected.append((exc.code, exc.details))
+
+    world = world_factory(
+        first=first,
+        summaries=_basis,
+        strategy={"name": "pacfl", "params": {}},
+        validation={"max_basis_columns": 4},
+    )
+    assert [c for c, _ in rejected] == [grpc.StatusCode.INVALID_ARGUMENT]
+    assert "validation.max_basis_columns" in rejected[0][1]
+    assert world.server.coordinator.fleet_status().phase.name == "TRAINING"
+    world.honest_robots_are_served()
+
+
+class _SlowPACFL(PACFL):
+    """PACFL whose formation takes until ``release`` is set (a huge principal-angle matrix)."""
+
+    started = threading.Event()
+    release = threading.Event()
+
+    def initialize(self, clients: Any, initial: Any) -> None:
+        self.started.set()
+        assert self.release.wait(30), "formation was never released"
+        super().initialize(clients, initial)
+
+
+def test_pacfl_formation_does_not_hold_the_lock_other_calls_need(
+    config_factory: Callable[..., CoordinatorConfig], creds: Any
+) -> None:
+    config = config_factory(strategy={"name": "pacfl", "params": {}})
+    _SlowPACFL.started.clear()
+    _SlowPACFL.release.clear()
+    with running(config, strategy_factory=_SlowPACFL) as server:
+        channel = open_channel(f"127.0.0.1:{server.port}")
+        clients = {r: CoordinatorClient(channel, r, creds.tokens[r]) for r in ROBOTS}
+        for rid in ROBOTS:
+            clients[rid].register(robot_profile(rid).num_samples, robot_profile(rid).labels)
+        for rid in ROBOTS[:-1]:
+            clients[rid].upload_descriptor(robot_profile(rid).descriptor, _basis(rid))
+        last = ROBOTS[-1]
+        acks: list[Any] = []
+        forming = threading.Thread(
+            target=lambda: acks.append(
+                clients[last].upload_descriptor(robot_profile(last).descriptor, _basis(last))
+            )
+        )
+        forming.start()
+        assert _SlowPACFL.started.wait(20)
+        try:
+            t0 = time.monotonic()
+            ops = CoordinatorClient(channel, "ops", creds.tokens["ops"])
+            assert ops.fleet_status().phase.name == "WAITING_FOR_FLEET"
+            assert clients[A].health() == "SERVING"
+            mallory = CoordinatorClient(channel, MALLORY, creds.tokens[MALLORY])
+            assert not mallory.register(50, {}).member  # not in the formation: served
+            mallory.upload_descriptor(robot_profile(MALLORY).descriptor, _basis(MALLORY))
+            assert time.monotonic() - t0 < 5  # none of them waited for the formation
+            with pytest.raises(CoordinatorCallError) as err:  # B is being formed with
+                clients[B].upload_descriptor(_descriptor(0.5, 1.0), _basis(B))
+            assert err.value.code == grpc.StatusCode.ABORTED
+        finally:
+            _SlowPACFL.release.set()
+        forming.join(30)
+        assert acks and acks[0].member
+        status = server.coordinator.fleet_status()
+        assert status.phase.name == "TRAINING"
+        members = sorted(r.robot_id for r in status.robots if r.member)
+        assert members == sorted([*ROBOTS, MALLORY])  # MALLORY joined once it was formed
+        channel.close()
