@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from fedepth.recipe import TrainRecipe
+from fedepth.strategies.aggregate import AGGREGATIONS
 
 
 class ConfigError(ValueError):
@@ -197,6 +198,13 @@ class ValidationConfig:
     #: (always the registered one), "strict" (a header that differs is INVALID_ARGUMENT) or
     #: "equal" (every update weighs 1). The header's count alone is never trusted.
     sample_weights: str = "clipped"
+    #: How each cluster's model is made from its members' updates: "mean" (weighted by
+    #: sample_weights), "trimmed_mean" (coordinate-wise, dropping the trim_fraction lowest and
+    #: highest values of each coordinate) or "median" (coordinate-wise); the robust rules
+    #: weigh every update equally and bound what a minority of a cluster can do.
+    robust_aggregation: str = "mean"
+    #: Fraction of a cluster's updates trimmed at each end by "trimmed_mean" ([0, 0.5)).
+    trim_fraction: float = 0.2
 
 
 @dataclass(frozen=True)
@@ -306,6 +314,12 @@ def _check(c: CoordinatorConfig) -> None:
         "validation.sample_weights",
         f"must be one of {', '.join(SAMPLE_WEIGHTS)}, got {v.sample_weights!r}",
     )
+    need(
+        v.robust_aggregation in AGGREGATIONS,
+        "validation.robust_aggregation",
+        f"must be one of {', '.join(AGGREGATIONS)}, got {v.robust_aggregation!r}",
+    )
+    need(0 <= v.trim_fraction < 0.5, "validation.trim_fraction", "must lie in [0, 0.5)")
     need(c.model.synthetic.size_mb > 0, "model.synthetic.size_mb", "must be > 0")
     need(
         0 < c.model.min_depth < c.model.max_depth,

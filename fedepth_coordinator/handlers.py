@@ -21,6 +21,7 @@ Every public method takes the authenticated caller and raises
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import math
@@ -45,6 +46,7 @@ from fedepth.strategies import (
     TrainTask,
     create_strategy,
 )
+from fedepth.strategies.aggregate import robust_mean
 from fedepth.strategies.pacfl import BASIS_KEY as PACFL_BASIS
 from fedepth_coordinator.blobs import BlobReader, start_blob, write_blob
 from fedepth_coordinator.config import CoordinatorConfig
@@ -187,6 +189,8 @@ class Coordinator:
         self._transfers = threading.BoundedSemaphore(config.server.max_transfers)
         #: weight streams each principal has open (server.max_transfers_per_robot)
         self._streams: Counter[str] = Counter()
+        if config.validation.robust_aggregation != "mean":
+            self._new_strategy()  # a strategy that cannot take the rule: refuse to start now
         self._restore()
 
     # -- start-up ----------------------------------------------------------------------------
@@ -269,9 +273,22 @@ class Coordinator:
 
     def _new_strategy(self) -> Strategy:
         if self.strategy_factory is not None:
-            return self.strategy_factory()
-        cfg = self.config.strategy
-        return create_strategy(cfg.name, **dict(cfg.params))
+            strategy = self.strategy_factory()
+        else:
+            cfg = self.config.strategy
+            strategy = create_strategy(cfg.name, **dict(cfg.params))
+        v = self.config.validation
+        if v.robust_aggregation != "mean":
+            own = type(strategy).aggregate_train is not ClusteredStrategy.aggregate_train
+            if not isinstance(strategy, ClusteredStrategy) or own:
+                raise ValueError(
+                    f"validation.robust_aggregation {v.robust_aggregation!r}: strategy "
+                    f"{strategy.name} aggregates by its own rule; use 'mean' with it"
+                )
+            strategy.cluster_rule = functools.partial(
+                robust_mean, method=v.robust_aggregation, trim=v.trim_fraction
+            )
+        return strategy
 
     def _load_checkpoint(self, ck: Checkpoint) -> None:
         strategy = self._new_strategy()

@@ -47,6 +47,7 @@ from fedepth.descriptor import Descriptor
 from fedepth_coordinator.state.base import (
     BlobWriter,
     Checkpoint,
+    CorruptBlobError,
     RobotRecord,
     RoundRecord,
     RunRecord,
@@ -267,13 +268,11 @@ class SqliteStore(Store):
         """Schema 1 kept no checksums: record those of the blobs as they are now."""
         keys = self.blob_keys()
         for key in keys:
-            digest = hashlib.sha256()
             with open(self._path(key), "rb") as f:
-                while chunk := f.read(4 << 20):
-                    digest.update(chunk)
+                digest = hashlib.file_digest(f, "sha256").hexdigest()
             db.execute(
                 "INSERT OR REPLACE INTO blobs VALUES (?, ?, ?)",
-                (key, digest.hexdigest(), self._path(key).stat().st_size),
+                (key, digest, self._path(key).stat().st_size),
             )
         log.warning(
             "%s: state written before blob checksums; recorded the checksums of its %d blobs as "
@@ -439,6 +438,18 @@ class SqliteStore(Store):
         if got != size:
             raise ValueError(f"blob {key!r}: read past its end ({offset}+{size})")
         return buf
+
+    def verify_blob(self, key: str) -> None:
+        recorded = self.blob_checksum(key)
+        if recorded is None:
+            raise CorruptBlobError(f"blob {key!r} has no recorded checksum: it cannot be trusted")
+        with open(self._path(key), "rb") as f:  # one small reused buffer, not chunk copies
+            actual = hashlib.file_digest(f, "sha256").hexdigest()
+        if actual != recorded:
+            raise CorruptBlobError(
+                f"blob {key!r} is corrupt: its SHA-256 is {actual[:16]}..., "
+                f"{recorded[:16]}... was recorded when it was written"
+            )
 
     def blob_size(self, key: str) -> int:
         return self._path(key).stat().st_size

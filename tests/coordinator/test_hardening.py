@@ -892,3 +892,36 @@ def test_pacfl_formation_does_not_hold_the_lock_other_calls_need(
         members = sorted(r.robot_id for r in status.robots if r.member)
         assert members == sorted([*ROBOTS, MALLORY])  # MALLORY joined once it was formed
         channel.close()
+
+
+# -- robust aggregation per cluster: a poisoned update cannot drag the cluster model -------------
+def test_poisoned_update_is_outvoted_by_the_coordinate_median(
+    world_factory: Callable[..., World],
+) -> None:
+    from fedepth.strategies.aggregate import coordinate_median
+
+    world = world_factory(
+        strategy={"name": "fedavg", "params": {}}, validation={"robust_aggregation": "median"}
+    )
+    updates = {rid: world.update(rid) for rid in ROBOTS}
+    poisoned = {k: v + np.float32(1e6) for k, v in updates[B].state.items()}
+    world.upload_raw(replace(updates[B], state=poisoned))
+    for rid in ROBOTS:
+        if rid != B:
+            world.clients[rid].upload_update(0, updates[rid])
+    expected = coordinate_median([poisoned if r == B else updates[r].state for r in ROBOTS])
+    model = world.clients[A].download_model(latest=True)
+    assert model.round == 1
+    for name, value in model.task.state.items():
+        np.testing.assert_allclose(value, expected[name], rtol=1e-6)
+        assert np.abs(value).max() < 1e3  # the honest values' range, not the attacker's
+
+
+def test_robust_aggregation_with_a_strategy_of_its_own_rule_refuses_to_start(
+    config_factory: Callable[..., CoordinatorConfig],
+) -> None:
+    config = config_factory(
+        strategy={"name": "scaffold", "params": {}}, validation={"robust_aggregation": "median"}
+    )
+    with pytest.raises(ValueError, match="aggregates by its own rule"):
+        CoordinatorServer(config)
