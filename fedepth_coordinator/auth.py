@@ -202,11 +202,71 @@ def _aborting(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: st
     return factory(abort, **kwargs)
 
 
-class AuthInterceptor(grpc.ServerInterceptor):
-    """Checks the principal and token of every call to our service; others pass untouched."""
+def guarded(
+    handler: grpc.RpcMethodHandler,
+    enter: Callable[[grpc.ServicerContext], None],
+    leave: Callable[[], None] | None = None,
+) -> Any:
+    """``handler`` with ``enter(context)`` run before its behaviour (it may abort the call) and
+    ``leave()`` after it ends (only when ``enter`` returned), for every kind of RPC."""
 
-    def __init__(self, credentials: CredentialStore) -> None:
+    def unary(behavior: Callable[[Any, grpc.ServicerContext], Any]) -> Any:
+        def call(request: Any, context: grpc.ServicerContext) -> Any:
+            enter(context)
+            try:
+                return behavior(request, context)
+            finally:
+                if leave is not None:
+                    leave()
+
+        return call
+
+    def streaming(behavior: Callable[[Any, grpc.ServicerContext], Any]) -> Any:
+        def call(request: Any, context: grpc.ServicerContext) -> Any:
+            enter(context)
+            try:
+                yield from behavior(request, context)
+            finally:
+                if leave is not None:
+                    leave()
+
+        return call
+
+    kwargs = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), **kwargs)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary), **kwargs)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(streaming(handler.unary_stream), **kwargs)
+    return grpc.stream_stream_rpc_method_handler(streaming(handler.stream_stream), **kwargs)
+
+
+def certificate_names(context: grpc.ServicerContext) -> set[str]:
+    """The names a verified client certificate carries (common name and subject alternative
+    names); empty without one."""
+    auth = context.auth_context()
+    names: set[str] = set()
+    for key in ("x509_common_name", "x509_subject_alternative_name"):
+        for value in auth.get(key, []):
+            names.add(value.decode(errors="replace") if isinstance(value, bytes) else str(value))
+    return names
+
+
+class AuthInterceptor(grpc.ServerInterceptor):
+    """Checks the principal and token of every call to our service; others pass untouched.
+
+    With ``bind_certificates`` (mutual TLS), the principal must also be named by the client
+    certificate of the connection (its common name or a subject alternative name), so that a
+    stolen token is of no use without that robot's certificate and key.
+    """
+
+    def __init__(self, credentials: CredentialStore, *, bind_certificates: bool = False) -> None:
         self.credentials = credentials
+        self.bind_certificates = bind_certificates
 
     def intercept_service(
         self,
@@ -245,4 +305,21 @@ class AuthInterceptor(grpc.ServerInterceptor):
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"principal {pid!r} has role {principal.role!r}, which may not call {name}",
             )
+        if self.bind_certificates:
+            return guarded(handler, lambda context: self._check_certificate(pid, context))
         return handler
+
+    @staticmethod
+    def _check_certificate(pid: str, context: grpc.ServicerContext) -> None:
+        names = certificate_names(context)
+        if pid not in names:
+            log.warning(
+                "rejected a call of principal %r: its client certificate names %s",
+                pid,
+                shown(sorted(names)),
+            )
+            context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"the client certificate does not name principal {pid!r} (common name or "
+                "subject alternative name): each robot connects with its own certificate",
+            )

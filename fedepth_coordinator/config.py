@@ -68,6 +68,10 @@ class TlsConfig:
     key_file: str | None = None
     #: PEM CA bundle that signs robot certificates; set: mutual TLS (clients must present one).
     client_ca_file: str | None = None
+    #: With mutual TLS, a call's principal must be named by its client certificate (common
+    #: name or a subject alternative name); false: any certificate the CA signed may carry any
+    #: principal's token.
+    bind_principal: bool = True
 
     @property
     def enabled(self) -> bool:

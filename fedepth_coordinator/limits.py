@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import grpc
 
-from fedepth_coordinator.auth import PRINCIPAL_KEY, SERVICE_PREFIX, _single
+from fedepth_coordinator.auth import PRINCIPAL_KEY, SERVICE_PREFIX, _single, guarded
 
 
 class CallLimitInterceptor(grpc.ServerInterceptor):
@@ -63,37 +62,8 @@ class CallLimitInterceptor(grpc.ServerInterceptor):
         principal = _single(handler_call_details.invocation_metadata, PRINCIPAL_KEY)
         if principal is None:
             return handler  # refused by the auth interceptor before it runs
-        return self._limited(handler, principal)
-
-    def _limited(self, handler: grpc.RpcMethodHandler, principal: str) -> Any:
-        def unary(behavior: Callable[[Any, grpc.ServicerContext], Any]) -> Any:
-            def call(request: Any, context: grpc.ServicerContext) -> Any:
-                self._enter(principal, context)
-                try:
-                    return behavior(request, context)
-                finally:
-                    self._leave(principal)
-
-            return call
-
-        def streaming(behavior: Callable[[Any, grpc.ServicerContext], Iterator[Any]]) -> Any:
-            def call(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-                self._enter(principal, context)
-                try:
-                    yield from behavior(request, context)
-                finally:
-                    self._leave(principal)
-
-            return call
-
-        kwargs = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), **kwargs)
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary), **kwargs)
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(streaming(handler.unary_stream), **kwargs)
-        return grpc.stream_stream_rpc_method_handler(streaming(handler.stream_stream), **kwargs)
+        return guarded(
+            handler,
+            lambda context: self._enter(principal, context),
+            lambda: self._leave(principal),
+        )

@@ -203,7 +203,14 @@ class CoordinatorServer:
                 max_workers=config.server.max_workers, thread_name_prefix="coordinator"
             ),
             # auth first: only verified principals are counted by the call limit
-            interceptors=[AuthInterceptor(self.credentials), self.call_limit],
+            interceptors=[
+                AuthInterceptor(
+                    self.credentials,
+                    bind_certificates=config.tls.client_ca_file is not None
+                    and config.tls.bind_principal,
+                ),
+                self.call_limit,
+            ],
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),
