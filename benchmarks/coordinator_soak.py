@@ -39,6 +39,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -161,13 +162,8 @@ class Adversary:
 
     def _flood(self) -> None:
         for wait_s in (math.nan, math.inf):
-            self._try(
-                lambda w=wait_s: self.stub.GetRoundPlan(
-                    pb.GetRoundPlanRequest(robot_id=self.rid, after_round=10**6, wait_s=w),
-                    metadata=self.md,
-                    timeout=10,
-                )
-            )
+            request = pb.GetRoundPlanRequest(robot_id=self.rid, after_round=10**6, wait_s=wait_s)
+            self._try(partial(self.stub.GetRoundPlan, request, metadata=self.md, timeout=10))
         polls = [
             self.stub.GetRoundPlan.future(
                 pb.GetRoundPlanRequest(robot_id=self.rid, after_round=10**6, wait_s=5.0),
@@ -177,7 +173,7 @@ class Adversary:
             for _ in range(8)
         ]
         for f in polls:
-            self._try(lambda f=f: f.result())
+            self._try(f.result)
 
     def _hold(self) -> None:
         rnd = self._round()
@@ -187,11 +183,11 @@ class Adversary:
                 pb.DownloadModelRequest(robot_id=self.rid, round=rnd or 0, latest=rnd is None),
                 metadata=self.md,
             )
-            if self._try(lambda c=call: next(c)) is not None:
+            if self._try(partial(next, call)) is not None:
                 calls.append(call)
         self.stop.wait(6.0)  # longer than server.stream_idle_s
         for call in calls:
-            self._try(lambda c=call: list(c))
+            self._try(partial(list, call))
 
     def _slowloris(self) -> None:
         rnd = self._round()
