@@ -26,7 +26,8 @@ from typing import Any
 import grpc
 import yaml
 
-from fedepth_coordinator.state.base import ID_PATTERN
+from fedepth_coordinator.errors import shown
+from fedepth_coordinator.state.base import ID_PATTERN, valid_id
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,8 @@ def read_credentials(path: str | Path) -> dict[str, Principal]:
         raise ValueError(f"{p}: expected a mapping 'principals: {{id: {{role, token_sha256}}}}'")
     out: dict[str, Principal] = {}
     for pid, entry in entries.items():
-        if not isinstance(pid, str) or not ID_PATTERN.match(pid):
-            raise ValueError(f"{p}: principal id {pid!r} must match {ID_PATTERN.pattern}")
+        if not isinstance(pid, str) or not valid_id(pid):
+            raise ValueError(f"{p}: principal id {shown(pid)} must match {ID_PATTERN.pattern}")
         if not isinstance(entry, Mapping) or entry.get("role") not in ROLES:
             raise ValueError(f"{p}: principal {pid!r} needs a role, one of {ROLES}")
         digest = str(entry.get("token_sha256", ""))
@@ -83,8 +84,8 @@ def read_credentials(path: str | Path) -> dict[str, Principal]:
 
 def add_principal(path: str | Path, principal_id: str, role: str = "robot") -> str:
     """Add (or re-key) a principal in the credentials file and return its new token."""
-    if not ID_PATTERN.match(principal_id):
-        raise ValueError(f"id {principal_id!r} must match {ID_PATTERN.pattern}")
+    if not valid_id(principal_id):
+        raise ValueError(f"id {shown(principal_id)} must match {ID_PATTERN.pattern}")
     if role not in ROLES:
         raise ValueError(f"role {role!r} must be one of {ROLES}")
     p = Path(path)
@@ -201,11 +202,71 @@ def _aborting(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: st
     return factory(abort, **kwargs)
 
 
-class AuthInterceptor(grpc.ServerInterceptor):
-    """Checks the principal and token of every call to our service; others pass untouched."""
+def guarded(
+    handler: grpc.RpcMethodHandler,
+    enter: Callable[[grpc.ServicerContext], None],
+    leave: Callable[[], None] | None = None,
+) -> Any:
+    """``handler`` with ``enter(context)`` run before its behaviour (it may abort the call) and
+    ``leave()`` after it ends (only when ``enter`` returned), for every kind of RPC."""
 
-    def __init__(self, credentials: CredentialStore) -> None:
+    def unary(behavior: Callable[[Any, grpc.ServicerContext], Any]) -> Any:
+        def call(request: Any, context: grpc.ServicerContext) -> Any:
+            enter(context)
+            try:
+                return behavior(request, context)
+            finally:
+                if leave is not None:
+                    leave()
+
+        return call
+
+    def streaming(behavior: Callable[[Any, grpc.ServicerContext], Any]) -> Any:
+        def call(request: Any, context: grpc.ServicerContext) -> Any:
+            enter(context)
+            try:
+                yield from behavior(request, context)
+            finally:
+                if leave is not None:
+                    leave()
+
+        return call
+
+    kwargs = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), **kwargs)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary), **kwargs)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(streaming(handler.unary_stream), **kwargs)
+    return grpc.stream_stream_rpc_method_handler(streaming(handler.stream_stream), **kwargs)
+
+
+def certificate_names(context: grpc.ServicerContext) -> set[str]:
+    """The names a verified client certificate carries (common name and subject alternative
+    names); empty without one."""
+    auth = context.auth_context()
+    names: set[str] = set()
+    for key in ("x509_common_name", "x509_subject_alternative_name"):
+        for value in auth.get(key, []):
+            names.add(value.decode(errors="replace") if isinstance(value, bytes) else str(value))
+    return names
+
+
+class AuthInterceptor(grpc.ServerInterceptor):
+    """Checks the principal and token of every call to our service; others pass untouched.
+
+    With ``bind_certificates`` (mutual TLS), the principal must also be named by the client
+    certificate of the connection (its common name or a subject alternative name), so that a
+    stolen token is of no use without that robot's certificate and key.
+    """
+
+    def __init__(self, credentials: CredentialStore, *, bind_certificates: bool = False) -> None:
         self.credentials = credentials
+        self.bind_certificates = bind_certificates
 
     def intercept_service(
         self,
@@ -230,11 +291,11 @@ class AuthInterceptor(grpc.ServerInterceptor):
             )
         principal = self.credentials.verify(pid, auth[len("Bearer ") :])
         if principal is None:
-            log.warning("rejected %s: bad credentials for principal %r", method, pid)
+            log.warning("rejected %s: bad credentials for principal %s", method, shown(pid))
             return _aborting(
                 handler,
                 grpc.StatusCode.UNAUTHENTICATED,
-                f"invalid credentials for principal {pid!r}: check its token "
+                f"invalid credentials for principal {shown(pid)}: check its token "
                 "(re-issue with `fedepth-coordinator --add-robot ID`)",
             )
         name = method[len(SERVICE_PREFIX) :]
@@ -244,4 +305,21 @@ class AuthInterceptor(grpc.ServerInterceptor):
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"principal {pid!r} has role {principal.role!r}, which may not call {name}",
             )
+        if self.bind_certificates:
+            return guarded(handler, lambda context: self._check_certificate(pid, context))
         return handler
+
+    @staticmethod
+    def _check_certificate(pid: str, context: grpc.ServicerContext) -> None:
+        names = certificate_names(context)
+        if pid not in names:
+            log.warning(
+                "rejected a call of principal %r: its client certificate names %s",
+                pid,
+                shown(sorted(names)),
+            )
+            context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"the client certificate does not name principal {pid!r} (common name or "
+                "subject alternative name): each robot connects with its own certificate",
+            )

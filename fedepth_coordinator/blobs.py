@@ -70,11 +70,19 @@ def write_blob(
 
 
 class BlobReader:
-    """Reads a blob's layout once, then any tensor on demand."""
+    """Reads a blob's layout once, then any tensor on demand.
 
-    def __init__(self, store: Store, key: str) -> None:
+    The blob is first checked against the checksum recorded when it was written
+    (:class:`~fedepth_coordinator.state.base.CorruptBlobError` if it does not match), so that
+    bytes changed on disk are never aggregated or served; ``verify=False`` skips that (a blob
+    just written by this process).
+    """
+
+    def __init__(self, store: Store, key: str, *, verify: bool = True) -> None:
         self.store = store
         self.key = key
+        if verify:
+            store.verify_blob(key)
         (n,) = struct.unpack("<Q", bytes(store.read_blob(key, 0, 8)))
         header = json.loads(bytes(store.read_blob(key, 8, n)))
         self.data_start = 8 + n

@@ -109,8 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _serve(config: CoordinatorConfig, port_file: str | None) -> int:
     try:
         server = CoordinatorServer(config)
-    except (FileNotFoundError, ValueError, RuntimeError) as exc:
-        log.error("cannot start: %s", exc)
+    except (OSError, ValueError, RuntimeError, MemoryError) as exc:
+        # StateError (a RuntimeError) included: one line naming the files and the way out
+        log.debug("start-up failed", exc_info=True)
+        log.error("cannot start: %s", " ".join(str(exc).split()) or type(exc).__name__)
         return 1
     done = threading.Event()
 

@@ -9,6 +9,7 @@ working directory. The server saves the resolved copy as ``<state dir>/config.re
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -19,6 +20,7 @@ from typing import Any
 import yaml
 
 from fedepth.recipe import TrainRecipe
+from fedepth.strategies.aggregate import AGGREGATIONS
 
 
 class ConfigError(ValueError):
@@ -50,6 +52,9 @@ class ServerConfig:
     #: A weight stream that moves no chunk for this long (a robot that stopped reading or
     #: sending) is cancelled and frees its slot, in seconds; null: never.
     stream_idle_s: float | None = 60.0
+    #: Calls one principal may have in flight at once (long polls, streams, anything); more
+    #: are RESOURCE_EXHAUSTED, so that one robot cannot hold every worker. Below max_workers.
+    max_calls_per_robot: int = 4
     #: Longest a GetRoundPlan call waits for a new round, in seconds.
     max_wait_s: float = 20.0
     #: Seconds in-flight calls get to finish on shutdown.
@@ -63,6 +68,10 @@ class TlsConfig:
     key_file: str | None = None
     #: PEM CA bundle that signs robot certificates; set: mutual TLS (clients must present one).
     client_ca_file: str | None = None
+    #: With mutual TLS, a call's principal must be named by its client certificate (common
+    #: name or a subject alternative name); false: any certificate the CA signed may carry any
+    #: principal's token.
+    bind_principal: bool = True
 
     @property
     def enabled(self) -> bool:
@@ -185,11 +194,21 @@ class ValidationConfig:
     max_extra_groups: int = 4
     #: Largest total size of a robot's inline summaries (PACFL basis, ...), in bytes.
     max_summary_bytes: int = 1 << 20
+    #: Most columns (p) of a PACFL subspace basis: formation computes N^2 principal angles,
+    #: each an SVD of a p x p product, so p bounds its work.
+    max_basis_columns: int = 32
     #: Aggregation weight of an update, given the sample count in its header and the one the
     #: robot registered: "clipped" (the header's, at most the registered one), "registered"
     #: (always the registered one), "strict" (a header that differs is INVALID_ARGUMENT) or
     #: "equal" (every update weighs 1). The header's count alone is never trusted.
     sample_weights: str = "clipped"
+    #: How each cluster's model is made from its members' updates: "mean" (weighted by
+    #: sample_weights), "trimmed_mean" (coordinate-wise, dropping the trim_fraction lowest and
+    #: highest values of each coordinate) or "median" (coordinate-wise); the robust rules
+    #: weigh every update equally and bound what a minority of a cluster can do.
+    robust_aggregation: str = "mean"
+    #: Fraction of a cluster's updates trimmed at each end by "trimmed_mean" ([0, 0.5)).
+    trim_fraction: float = 0.2
 
 
 @dataclass(frozen=True)
@@ -198,6 +217,10 @@ class StateConfig:
     dir: str = "runs/coordinator"
     #: "sqlite" (durable) or "memory" (lost on exit; tests and dry runs).
     backend: str = "sqlite"
+    #: Blobs the state has no record of while it records no run (state.db lost, replaced or
+    #: corrupted): "refuse" to start, naming them and how to recover; "quarantine": move them
+    #: to <dir>/quarantine (never deleted) and start a fresh run.
+    unaccounted_blobs: str = "refuse"
 
 
 @dataclass(frozen=True)
@@ -236,6 +259,11 @@ def _check(c: CoordinatorConfig) -> None:
     need(s.max_transfers >= 1, "server.max_transfers", f"must be >= 1, got {s.max_transfers}")
     need(s.max_transfers_per_robot >= 1, "server.max_transfers_per_robot", "must be >= 1")
     need(
+        1 <= s.max_calls_per_robot < s.max_workers,
+        "server.max_calls_per_robot",
+        f"must lie in [1, server.max_workers), got {s.max_calls_per_robot}",
+    )
+    need(
         s.stream_idle_s is None or s.stream_idle_s > 0,
         "server.stream_idle_s",
         "must be > 0 or null",
@@ -260,6 +288,11 @@ def _check(c: CoordinatorConfig) -> None:
         "state.backend",
         f"must be 'sqlite' or 'memory', got {c.state.backend!r}",
     )
+    need(
+        c.state.unaccounted_blobs in ("refuse", "quarantine"),
+        "state.unaccounted_blobs",
+        f"must be 'refuse' or 'quarantine', got {c.state.unaccounted_blobs!r}",
+    )
     v = c.validation
     need(
         v.max_update_norm is None or v.max_update_norm > 0,
@@ -267,6 +300,7 @@ def _check(c: CoordinatorConfig) -> None:
         "must be > 0 or null",
     )
     need(v.max_extra_groups >= 0, "validation.max_extra_groups", "must be >= 0")
+    need(v.max_basis_columns >= 1, "validation.max_basis_columns", "must be >= 1")
     need(
         v.descriptor_dim is None or 1 <= v.descriptor_dim <= v.max_descriptor_dim,
         "validation.descriptor_dim",
@@ -284,6 +318,12 @@ def _check(c: CoordinatorConfig) -> None:
         "validation.sample_weights",
         f"must be one of {', '.join(SAMPLE_WEIGHTS)}, got {v.sample_weights!r}",
     )
+    need(
+        v.robust_aggregation in AGGREGATIONS,
+        "validation.robust_aggregation",
+        f"must be one of {', '.join(AGGREGATIONS)}, got {v.robust_aggregation!r}",
+    )
+    need(0 <= v.trim_fraction < 0.5, "validation.trim_fraction", "must lie in [0, 0.5)")
     need(c.model.synthetic.size_mb > 0, "model.synthetic.size_mb", "must be > 0")
     need(
         0 < c.model.min_depth < c.model.max_depth,
@@ -417,10 +457,12 @@ def to_dict(config: CoordinatorConfig) -> dict[str, Any]:
 def save_resolved(config: CoordinatorConfig, directory: str | Path) -> Path:
     """Write the resolved config into ``directory`` (atomically) and return its path."""
     d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = d / "config.resolved.yaml"
     tmp = path.with_suffix(".yaml.tmp")
     text = "# The resolved coordinator configuration of the last start (file + overrides).\n"
-    tmp.write_text(text + yaml.safe_dump(to_dict(config), sort_keys=False), encoding="utf-8")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text + yaml.safe_dump(to_dict(config), sort_keys=False))
     tmp.replace(path)
     return path

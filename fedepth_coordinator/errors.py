@@ -34,3 +34,13 @@ class PermissionDeniedError(CoordinatorError):
 
 class ResourceExhaustedError(CoordinatorError):
     """A size limit was exceeded."""
+
+
+def shown(text: object, limit: int = 80) -> str:
+    """``repr`` of a caller-controlled value for logs and error details, at most about
+    ``limit`` characters (control characters escaped, long values cut, with their length), so
+    that a robot cannot flood the log or a reply with an id of its own making."""
+    if isinstance(text, str) and len(text) > limit:
+        return f"{text[:limit]!r}... ({len(text)} characters)"
+    r = repr(text)
+    return r if len(r) <= limit + 2 else f"{r[:limit]}... ({len(r)} characters)"

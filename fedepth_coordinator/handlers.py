@@ -21,6 +21,7 @@ Every public method takes the authenticated caller and raises
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import math
@@ -45,6 +46,7 @@ from fedepth.strategies import (
     TrainTask,
     create_strategy,
 )
+from fedepth.strategies.aggregate import robust_mean
 from fedepth.strategies.pacfl import BASIS_KEY as PACFL_BASIS
 from fedepth_coordinator.blobs import BlobReader, start_blob, write_blob
 from fedepth_coordinator.config import CoordinatorConfig
@@ -74,16 +76,21 @@ from fedepth_coordinator.errors import (
     NotFoundError,
     PermissionDeniedError,
     ResourceExhaustedError,
+    shown,
 )
 from fedepth_coordinator.pipeline import consume_in_worker
 from fedepth_coordinator.state.base import (
     ID_PATTERN,
     Checkpoint,
+    CorruptBlobError,
     RobotRecord,
     RoundRecord,
     RunRecord,
+    Snapshot,
+    StateError,
     Store,
     UpdateRecord,
+    valid_id,
 )
 from fedepth_coordinator.tensors import (
     STATE,
@@ -119,6 +126,10 @@ def _check_labels(labels: Mapping[str, str], what: str) -> None:
                 f"{what}: label {k[:20]!r} must be non-empty and keys and values at most "
                 f"{MAX_LABEL_CHARS} characters"
             )
+
+
+def _some(keys: list[str]) -> str:
+    return ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "")
 
 
 def _same_descriptor(a: Descriptor | None, b: Descriptor | None) -> bool:
@@ -171,11 +182,15 @@ class Coordinator:
         self._checkpoint: Checkpoint | None = None
         self._round: _OpenRound | None = None
         self._finished = False
+        #: the robots a fleet is being formed with (None: no formation in progress)
+        self._forming: set[str] | None = None
         self._history: list[RoundRecord] = []
         #: weight streams (downloads, uploads, routed models) allowed in flight at once
         self._transfers = threading.BoundedSemaphore(config.server.max_transfers)
         #: weight streams each principal has open (server.max_transfers_per_robot)
         self._streams: Counter[str] = Counter()
+        if config.validation.robust_aggregation != "mean":
+            self._new_strategy()  # a strategy that cannot take the rule: refuse to start now
         self._restore()
 
     # -- start-up ----------------------------------------------------------------------------
@@ -185,53 +200,95 @@ class Coordinator:
         self._history = list(snap.history)
         keep: set[str] = set()
         if snap.run is not None:
-            run = snap.run
+            keep = self._resume(snap)
+        unreferenced = [k for k in self.store.blob_keys() if k not in keep]
+        # a blob whose checksum the database recorded is one this state wrote (an interrupted
+        # write, or an initial model written just before a crash): garbage. One it has no
+        # record of belongs to a run the database does not know (state.db lost, replaced or
+        # restored from an older backup): it may be the only copy of a run's models.
+        unknown = [k for k in unreferenced if self.store.blob_checksum(k) is None]
+        dropped = [k for k in unreferenced if k not in unknown]
+        if unknown and (snap.run is None and self.config.state.unaccounted_blobs == "refuse"):
+            raise StateError(
+                f"the state in {self.config.state.dir} records no run, but its blobs/ holds "
+                f"{len(unknown)} blobs it has no record of ({_some(unknown)}): state.db was "
+                "lost, replaced or corrupted. Recover: restore state.db (with its -wal file) "
+                "from a backup; or, to start a fresh run and keep those blobs aside, set "
+                "state.unaccounted_blobs=quarantine (moves them to <state dir>/quarantine); "
+                "or use another --state-dir. Nothing was deleted"
+            )
+        if unknown:
+            moved = [self.store.quarantine_blob(k) for k in unknown]
+            log.warning(
+                "the state has no record of %d blobs (%s); they were moved aside, not deleted, "
+                "to %s. If state.db was lost or restored from an older backup, stop, restore "
+                "the matching state.db and move them back; otherwise delete them",
+                len(unknown),
+                _some(unknown),
+                sorted({str(m).rsplit("/", 1)[0] for m in moved if m}) or "(kept in place)",
+            )
+        for k in dropped:
+            self.store.delete_blob(k)
+        if dropped:
+            log.info("removed %d unreferenced blobs left by an interrupted write", len(dropped))
+        if snap.run is None:
+            try:
+                self._form_fleet()  # enough robots may have been ready before a restart
+            except FailedPreconditionError as exc:
+                log.warning("%s", exc)
+
+    def _resume(self, snap: Snapshot) -> set[str]:
+        """Restore the recorded run (blobs verified); the blobs it references."""
+        run = snap.run
+        assert run is not None
+        keep: set[str] = {run.initial_blob, run.checkpoint.blob}
+        try:
             self._initial = None
             self._model_order = (
                 BlobReader(self.store, run.initial_blob).layout.group(STATE).names()
             )
             self._load_checkpoint(run.checkpoint)
-            self._finished = run.finished
-            if run.open_round is not None:
-                rnd = run.open_round
-                reported = {u.robot_id: u for u in snap.updates if u.round == rnd.round}
-                self._round = _OpenRound(rnd, reported)
-                keep |= {u.blob for u in reported.values()}
-            keep |= {run.initial_blob, run.checkpoint.blob}
-            log.info(
-                "resumed run: %d rounds done, %d members, round %s open with %d accepted updates",
-                self._rounds_done,
-                len(self._members),
-                "-" if self._round is None else self._round.record.round,
-                0 if self._round is None else len(self._round.reported),
-            )
-        if snap.run is None and self.store.blob_keys():
-            # no run recorded but blobs on disk: the database was lost or replaced, and the
-            # blobs may be the only copy of a run's models; never delete them
-            keys = self.store.blob_keys()
-            moved = [self.store.quarantine_blob(k) for k in keys]
-            log.warning(
-                "the state records no run but holds %d blobs (%s); they were moved aside, not "
-                "deleted, to %s. If state.db was lost or corrupted, stop, restore it from a "
-                "backup and move the blobs back; otherwise delete them",
-                len(keys),
-                ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else ""),
-                sorted({str(m).rsplit("/", 1)[0] for m in moved if m}) or "(kept in place)",
-            )
-        dropped = self.store.collect_garbage(keep) if snap.run is not None else []
-        if dropped:
-            log.info("removed %d unreferenced blobs left by an interrupted write", len(dropped))
-        if snap.run is None:
-            try:
-                self._maybe_start()  # enough robots may have been ready before a restart
-            except FailedPreconditionError as exc:
-                log.warning("%s", exc)
+        except Exception as exc:  # any fault of the stored run: one line, not a traceback
+            log.debug("restoring the run failed", exc_info=True)
+            raise StateError(
+                f"the run recorded in {self.config.state.dir} cannot be restored "
+                f"({type(exc).__name__}: {str(exc)[:300]}). Recover: restore the state "
+                "directory from a backup, or start a fresh run with another --state-dir; "
+                "nothing was deleted"
+            ) from None
+        self._finished = run.finished
+        if run.open_round is not None:
+            rnd = run.open_round
+            reported = {u.robot_id: u for u in snap.updates if u.round == rnd.round}
+            self._round = _OpenRound(rnd, reported)
+            keep |= {u.blob for u in reported.values()}
+        log.info(
+            "resumed run: %d rounds done, %d members, round %s open with %d accepted updates",
+            self._rounds_done,
+            len(self._members),
+            "-" if self._round is None else self._round.record.round,
+            0 if self._round is None else len(self._round.reported),
+        )
+        return keep
 
     def _new_strategy(self) -> Strategy:
         if self.strategy_factory is not None:
-            return self.strategy_factory()
-        cfg = self.config.strategy
-        return create_strategy(cfg.name, **dict(cfg.params))
+            strategy = self.strategy_factory()
+        else:
+            cfg = self.config.strategy
+            strategy = create_strategy(cfg.name, **dict(cfg.params))
+        v = self.config.validation
+        if v.robust_aggregation != "mean":
+            own = type(strategy).aggregate_train is not ClusteredStrategy.aggregate_train
+            if not isinstance(strategy, ClusteredStrategy) or own:
+                raise ValueError(
+                    f"validation.robust_aggregation {v.robust_aggregation!r}: strategy "
+                    f"{strategy.name} aggregates by its own rule; use 'mean' with it"
+                )
+            strategy.cluster_rule = functools.partial(
+                robust_mean, method=v.robust_aggregation, trim=v.trim_fraction
+            )
+        return strategy
 
     def _load_checkpoint(self, ck: Checkpoint) -> None:
         strategy = self._new_strategy()
@@ -269,7 +326,7 @@ class Coordinator:
     def _check_caller(caller: str, robot_id: str) -> None:
         if caller != robot_id:
             raise PermissionDeniedError(
-                f"principal {caller!r} may not act as robot {robot_id!r}: a robot can only "
+                f"principal {caller!r} may not act as robot {shown(robot_id)}: a robot can only "
                 "send requests in its own name"
             )
 
@@ -278,7 +335,7 @@ class Coordinator:
             return self._robots[robot_id]
         except KeyError:
             raise NotFoundError(
-                f"robot {robot_id!r} is not registered; call Register first"
+                f"robot {shown(robot_id)} is not registered; call Register first"
             ) from None
 
     def _touch(self, robot_id: str) -> None:
@@ -350,8 +407,19 @@ class Coordinator:
                     "descriptor's divergence to the fleet's is not finite: it cannot be clustered"
                 )
 
-    @staticmethod
-    def _check_summaries(d: Descriptor, summaries: Mapping[str, np.ndarray]) -> None:
+    def _check_summary_values(self, summaries: Mapping[str, np.ndarray]) -> None:
+        """Inline summaries (descriptor uploads and Route alike): bounded size, finite."""
+        size = sum(np.asarray(a).nbytes for a in summaries.values())
+        if size > self.config.validation.max_summary_bytes:
+            raise ResourceExhaustedError(
+                f"summaries take {size} bytes; at most {self.config.validation.max_summary_bytes}"
+                " are accepted (validation.max_summary_bytes)"
+            )
+        for name, arr in summaries.items():
+            if np.asarray(arr).dtype.kind == "f" and not np.isfinite(arr).all():
+                raise InvalidArgumentError(f"summary {shown(name)} contains NaN or Inf")
+
+    def _check_summaries(self, d: Descriptor, summaries: Mapping[str, np.ndarray]) -> None:
         basis = summaries.get(PACFL_BASIS)
         if basis is None:
             return
@@ -360,6 +428,13 @@ class Coordinator:
             raise InvalidArgumentError(
                 f"summary {PACFL_BASIS!r} must be a D x p basis with D = {d.dim} (the "
                 f"descriptor's dimension) and 1 <= p <= D, got shape {list(b.shape)}"
+            )
+        most = self.config.validation.max_basis_columns
+        if b.shape[1] > most:
+            # formation costs N^2 SVDs of p x p products (D p^2 each): p is what bounds it
+            raise InvalidArgumentError(
+                f"summary {PACFL_BASIS!r} has {b.shape[1]} columns; at most {most} are "
+                "accepted (validation.max_basis_columns)"
             )
         if b.dtype.kind != "f":
             raise InvalidArgumentError(f"summary {PACFL_BASIS!r} must be floating point")
@@ -385,8 +460,10 @@ class Coordinator:
         self, caller: str, robot_id: str, num_samples: int, labels: Mapping[str, str]
     ) -> Registration:
         self._check_caller(caller, robot_id)
-        if not ID_PATTERN.match(robot_id):
-            raise InvalidArgumentError(f"robot id {robot_id!r} must match {ID_PATTERN.pattern}")
+        if not valid_id(robot_id):
+            raise InvalidArgumentError(
+                f"robot id {shown(robot_id)} must match {ID_PATTERN.pattern}"
+            )
         if num_samples <= 0:
             raise InvalidArgumentError(f"num_samples must be > 0, got {num_samples}")
         _check_labels(labels, f"robot {robot_id!r}")
@@ -401,6 +478,7 @@ class Coordinator:
                         "during a run (re-register with the same values)"
                     )
             elif old is None or old.num_samples != num_samples or dict(old.labels) != dict(labels):
+                self._check_not_forming(robot_id)
                 new = RobotRecord(
                     robot_id,
                     num_samples,
@@ -412,6 +490,8 @@ class Coordinator:
                 self._robots[robot_id] = new
                 log.info("robot %s registered (%d samples, %s)", robot_id, num_samples, labels)
                 self._after_fleet_change(robot_id)
+        self._form_fleet()  # outside the lock: formation work may be long
+        with self._cond:
             return Registration(self.phase, robot_id in self._member_set)
 
     def upload_descriptor(
@@ -422,15 +502,7 @@ class Coordinator:
         summaries: Mapping[str, np.ndarray],
     ) -> DescriptorAck:
         self._check_caller(caller, robot_id)
-        size = sum(np.asarray(a).nbytes for a in summaries.values())
-        if size > self.config.validation.max_summary_bytes:
-            raise ResourceExhaustedError(
-                f"summaries take {size} bytes; at most {self.config.validation.max_summary_bytes}"
-                " are accepted (validation.max_summary_bytes)"
-            )
-        for name, arr in summaries.items():
-            if np.asarray(arr).dtype.kind == "f" and not np.isfinite(arr).all():
-                raise InvalidArgumentError(f"summary {name!r} contains NaN or Inf")
+        self._check_summary_values(summaries)
         with self._cond:
             old = self._robot(robot_id)
             self._touch(robot_id)
@@ -446,32 +518,71 @@ class Coordinator:
                         "change during a run"
                     )
             else:
+                self._check_not_forming(robot_id)
                 new = replace(old, descriptor=descriptor, summaries=dict(summaries))
                 self.store.put_robot(new)
                 self._robots[robot_id] = new
                 self._after_fleet_change(robot_id)
+        self._form_fleet()  # outside the lock: formation work (PACFL's SVDs) may be long
+        with self._cond:
             return DescriptorAck(
                 self.phase, robot_id in self._member_set, self._clusters_of(robot_id)
             )
 
+    def _check_not_forming(self, robot_id: str) -> None:
+        if self._forming is not None and robot_id in self._forming:
+            raise AbortedError(
+                f"the fleet is being formed with robot {robot_id!r}'s current registration and "
+                "descriptor, which cannot change meanwhile: retry shortly"
+            )
+
     def _after_fleet_change(self, robot_id: str) -> None:
-        if self._strategy is None:
-            self._maybe_start()
-        elif robot_id not in self._member_set and self._robots[robot_id].descriptor is not None:
+        """A robot's record changed (lock held); one that is ready joins a running fleet (the
+        caller then calls :meth:`_form_fleet`, outside the lock, for a fleet not formed yet)."""
+        if self._strategy is None or self._forming is not None:
+            return
+        if robot_id not in self._member_set and self._robots[robot_id].descriptor is not None:
             self._join(robot_id)
 
-    def _maybe_start(self) -> None:
-        ready = self._ready()
-        if len(ready) < self.config.rounds.min_robots:
-            return
-        assert self._initial is not None
-        strategy = self._new_strategy()
+    def _form_fleet(self) -> None:
+        """Form the fleet once enough robots are ready. The strategy's formation work
+        (``initialize``: divergences, PACFL's principal angles) runs without the lock, so the
+        coordinator answers other calls meanwhile; the robots it is formed with cannot change
+        their records until it is done (ABORTED)."""
+        with self._cond:
+            if self._strategy is not None or self._forming is not None:
+                return
+            ready = self._ready()
+            if len(ready) < self.config.rounds.min_robots:
+                return
+            assert self._initial is not None
+            infos = [self._client_info(self._robots[r]) for r in ready]
+            initial = self._initial
+            self._forming = set(ready)
         try:
-            strategy.initialize([self._client_info(self._robots[r]) for r in ready], self._initial)
-        except ValueError as exc:
-            raise FailedPreconditionError(
-                f"the fleet of {len(ready)} robots could not be formed: {exc}"
-            ) from exc
+            strategy = self._new_strategy()
+            try:
+                strategy.initialize(infos, initial)
+            except ValueError as exc:
+                raise FailedPreconditionError(
+                    f"the fleet of {len(ready)} robots could not be formed: {exc}"
+                ) from exc
+            with self._cond:
+                self._start_run(strategy, ready)
+        finally:
+            with self._cond:
+                self._forming = None
+        with self._cond:  # robots that became ready while it was formed join now
+            for rid in self._ready():
+                if rid not in self._member_set:
+                    try:
+                        self._join(rid)
+                    except (FailedPreconditionError, InvalidArgumentError) as exc:
+                        log.warning("robot %s did not join the formed fleet: %s", rid, exc)
+
+    def _start_run(self, strategy: Strategy, ready: list[str]) -> None:
+        """Record the run of a formed strategy and open round 0 (lock held)."""
+        assert self._initial is not None
         self._strategy = strategy
         self._members, self._member_set, self._num_initial = list(ready), set(ready), len(ready)
         self._rounds_done = 0
@@ -823,7 +934,21 @@ class Coordinator:
         updates = []
         for robot_id in sorted(r.reported):
             rec = r.reported[robot_id]
-            reader = BlobReader(self.store, rec.blob)
+            try:
+                reader = BlobReader(self.store, rec.blob)
+            except (CorruptBlobError, OSError, KeyError, ValueError) as exc:
+                # changed on disk since it was accepted: never aggregated (nor served)
+                where = self.store.quarantine_blob(rec.blob)
+                log.error(
+                    "round %d: the accepted update of robot %s is left out of the aggregate: "
+                    "%s; moved to %s",
+                    rnd,
+                    robot_id,
+                    exc,
+                    where or "(kept in place)",
+                )
+                del r.reported[robot_id]
+                continue
             updates.append(
                 ClientUpdate(
                     cid=robot_id,
@@ -887,6 +1012,7 @@ class Coordinator:
         summaries: Mapping[str, np.ndarray] | None = None,
     ) -> RouteStream:
         """The clusters serving an unseen sequence and, optionally, their averaged model."""
+        self._check_summary_values(summaries or {})
         with self._cond:
             if caller in self._robots:
                 self._touch(caller)

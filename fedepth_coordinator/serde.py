@@ -29,7 +29,7 @@ from fedepth_coordinator.domain import (
     UpdateHeader,
     UploadReceipt,
 )
-from fedepth_coordinator.errors import InvalidArgumentError
+from fedepth_coordinator.errors import InvalidArgumentError, shown
 from fedepth_coordinator.tensors import STATE, Group, Layout, TensorSpec
 
 _PHASES = {
@@ -101,10 +101,10 @@ def inline_from_pb(items: list[pb.InlineTensor]) -> dict[str, np.ndarray]:
     for item in items:
         spec = spec_from_pb(item.spec)
         if spec.name in out:
-            raise InvalidArgumentError(f"summary {spec.name!r} is sent twice")
+            raise InvalidArgumentError(f"summary {shown(spec.name)} is sent twice")
         if len(item.data) != spec.nbytes:
             raise InvalidArgumentError(
-                f"summary {spec.name!r}: {len(item.data)} bytes for {spec.dtype}"
+                f"summary {shown(spec.name)}: {len(item.data)} bytes for {spec.dtype}"
                 f"{list(spec.shape)}, which needs {spec.nbytes}"
             )
         out[spec.name] = np.frombuffer(item.data, spec.np_dtype).reshape(spec.shape).copy()

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import threading
 import time
@@ -28,9 +29,10 @@ from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
 from fedepth_coordinator.auth import AuthInterceptor, CredentialStore
 from fedepth_coordinator.config import CoordinatorConfig, ModelConfig, save_resolved
 from fedepth_coordinator.handlers import Coordinator
+from fedepth_coordinator.limits import CallLimitInterceptor
 from fedepth_coordinator.servicer import CoordinatorServicer, add_to_server
 from fedepth_coordinator.state import Store, open_store
-from fedepth_coordinator.tensors import State
+from fedepth_coordinator.tensors import STATE, State
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +111,38 @@ def load_initial_model(cfg: ModelConfig) -> State:
     return initial_model(cfg).state
 
 
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it resolves to whatever the network says
+        return False
+
+
+def startup_warnings(config: CoordinatorConfig) -> list[str]:
+    """What an operator must hear about an unsafe configuration before robots connect."""
+    out = []
+    host = config.server.host
+    if not config.tls.enabled and not is_loopback(host):
+        out.append(
+            f"serving PLAINTEXT on {host}:{config.server.port}, which is not a loopback "
+            "address: robot tokens and models cross the network unencrypted, so anyone on it "
+            "can read a token and act as that robot. Set tls.cert_file and tls.key_file (and "
+            "tls.client_ca_file for mutual TLS), or server.host: 127.0.0.1 for a local trial"
+        )
+    v = config.validation
+    if v.max_update_norm is None and STATE not in v.max_group_norms:
+        out.append(
+            "no update norm bound (validation.max_update_norm is null): one robot's update can "
+            "move its clusters' models arbitrarily far in a round; set "
+            "validation.max_update_norm (e.g. a few times the honest updates' norms) and/or "
+            "validation.robust_aggregation"
+        )
+    return out
+
+
 def _read(path: str | None) -> bytes | None:
     return None if path is None else Path(path).read_bytes()
 
@@ -149,21 +183,34 @@ class CoordinatorServer:
             self.initial.source,
             "no model card" if card is None else card.describe(),
         )
-        self.coordinator = Coordinator(
-            config,
-            self.store,
-            self.initial.state,
-            clock=clock,
-            strategy_factory=strategy_factory,
-            model_card=None if card is None else card.to_json(),
-        )
+        try:
+            self.coordinator = Coordinator(
+                config,
+                self.store,
+                self.initial.state,
+                clock=clock,
+                strategy_factory=strategy_factory,
+                model_card=None if card is None else card.to_json(),
+            )
+        except BaseException:
+            self.store.close()
+            raise
         self.credentials = CredentialStore(config.auth.credentials_file)
+        self.call_limit = CallLimitInterceptor(config.server.max_calls_per_robot)
         limit = config.server.max_message_bytes
         self._server = grpc.server(
             futures.ThreadPoolExecutor(
                 max_workers=config.server.max_workers, thread_name_prefix="coordinator"
             ),
-            interceptors=[AuthInterceptor(self.credentials)],
+            # auth first: only verified principals are counted by the call limit
+            interceptors=[
+                AuthInterceptor(
+                    self.credentials,
+                    bind_certificates=config.tls.client_ca_file is not None
+                    and config.tls.bind_principal,
+                ),
+                self.call_limit,
+            ],
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),
@@ -208,6 +255,8 @@ class CoordinatorServer:
                 "restart; it prints the robot's token)",
                 self.credentials.path,
             )
+        for warning in startup_warnings(self.config):
+            log.warning("%s", warning)
         tls = self.config.tls
         mode = "mutual TLS" if tls.client_ca_file else "TLS" if tls.enabled else "plaintext"
         log.info(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedepth_coordinator.errors import InvalidArgumentError
+from fedepth_coordinator.errors import InvalidArgumentError, shown
 
 #: safetensors dtype names and the little-endian numpy dtypes they map to.
 DTYPES: dict[str, np.dtype] = {
@@ -40,7 +40,7 @@ _NAMES = {dt.str: name for name, dt in DTYPES.items()}
 STATE = "state"
 
 #: Names of extra groups (they become part of on-disk keys): short and plain.
-GROUP_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 State = dict[str, np.ndarray]
 
@@ -67,11 +67,13 @@ class TensorSpec:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise InvalidArgumentError(
-                f"tensor {self.name!r}: unknown dtype {self.dtype!r}; use one of "
+                f"tensor {shown(self.name)}: unknown dtype {self.dtype!r}; use one of "
                 f"{', '.join(DTYPES)}"
             )
         if any(d < 0 for d in self.shape):
-            raise InvalidArgumentError(f"tensor {self.name!r}: negative dimension in {self.shape}")
+            raise InvalidArgumentError(
+                f"tensor {shown(self.name)}: negative dimension in {self.shape}"
+            )
 
     @classmethod
     def of(cls, name: str, array: np.ndarray) -> TensorSpec:
@@ -117,7 +119,7 @@ class Layout:
         seen: set[str] = set()
         for g in self.groups:
             if g.name in seen:
-                raise InvalidArgumentError(f"tensor group {g.name!r} appears twice")
+                raise InvalidArgumentError(f"tensor group {shown(g.name)} appears twice")
             seen.add(g.name)
             names, unique = g.names(), set()
             dup: list[str] = []
@@ -127,7 +129,8 @@ class Layout:
                 unique.add(n)
             if dup:
                 raise InvalidArgumentError(
-                    f"group {g.name!r} repeats tensor names {sorted(set(dup))[:5]}"
+                    f"group {shown(g.name)} repeats tensor names "
+                    f"{[shown(n, 40) for n in sorted(set(dup))[:5]]}"
                 )
 
     @classmethod
@@ -406,15 +409,16 @@ def check_matches(layout: Layout, expected: Group, *, max_extra_groups: int) -> 
             f"{len(extras)} extra groups sent; at most {max_extra_groups} are accepted"
         )
     for g in layout.groups:
-        if g.name != STATE and not GROUP_NAME.match(g.name):
+        if g.name != STATE and GROUP_NAME.fullmatch(g.name) is None:
             raise InvalidArgumentError(
-                f"extra group name {g.name!r} must match {GROUP_NAME.pattern} and not be {STATE!r}"
+                f"extra group name {shown(g.name)} must match {GROUP_NAME.pattern} and not be "
+                f"{STATE!r}"
             )
         for t in g.tensors:
             ref = by_name.get(t.name)
             if ref is None:
                 raise InvalidArgumentError(
-                    f"extra group {g.name!r}: tensor {t.name!r} is not a model tensor"
+                    f"extra group {shown(g.name)}: tensor {shown(t.name)} is not a model tensor"
                 )
             if t.shape != ref.shape or t.dtype != ref.dtype:
                 raise InvalidArgumentError(

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
-from fedepth.strategies.aggregate import client_models, cluster_models, weighted_mean
+from fedepth.strategies.aggregate import (
+    client_models,
+    cluster_models,
+    coordinate_median,
+    robust_mean,
+    trimmed_mean,
+    weighted_mean,
+)
 
 
 def _s(v: float) -> dict[str, np.ndarray]:
@@ -62,3 +71,55 @@ def test_map_shape_errors() -> None:
         cluster_models([_s(1.0)], [1], np.zeros((1, 1), dtype=bool))
     with pytest.raises(ValueError, match="belongs to no cluster"):
         client_models([_s(1.0)], np.array([[1, 0]], dtype=bool))
+
+
+# -- robust per-cluster rules (issue 14): hand-computed cases ------------------------------------
+def _states(*rows: list[float]) -> list[dict[str, np.ndarray]]:
+    return [{"w": np.array(r, dtype=np.float32), "n": np.array(int(r[0]))} for r in rows]
+
+
+def test_coordinate_median_hand_computed() -> None:
+    states = _states([1.0, 10.0], [2.0, -4.0], [100.0, 0.0])
+    out = coordinate_median(states)
+    np.testing.assert_array_equal(out["w"], [2.0, 0.0])  # medians of (1, 2, 100), (10, -4, 0)
+    assert out["w"].dtype == np.float32 and out["n"] == 2
+    even = coordinate_median(_states([1.0], [3.0], [4.0], [1e30]))
+    np.testing.assert_allclose(even["w"], [3.5])  # (3 + 4) / 2
+
+
+def test_trimmed_mean_hand_computed() -> None:
+    states = _states([1.0, 5.0], [2.0, 5.0], [3.0, 5.0], [4.0, 5.0], [1e6, -1e6])
+    out = trimmed_mean(states, 0.2)  # n = 5: drop 1 lowest and 1 highest per coordinate
+    np.testing.assert_allclose(out["w"], [(2 + 3 + 4) / 3, 5.0])
+    plain = [(1 + 2 + 3 + 4 + 1e6) / 5, (4 * 5 - 1e6) / 5]
+    np.testing.assert_allclose(trimmed_mean(states, 0.0)["w"], plain, rtol=1e-6)
+    out = trimmed_mean(states, 0.1)  # floor(0.5) = 0: nothing trimmed
+    np.testing.assert_allclose(out["w"][0], (1 + 2 + 3 + 4 + 1e6) / 5)
+    with pytest.raises(ValueError, match="trim"):
+        trimmed_mean(states, 0.5)
+
+
+def test_robust_mean_dispatches_and_ignores_weights_for_robust_rules() -> None:
+    states = _states([0.0], [3.0], [30.0])
+    np.testing.assert_allclose(robust_mean(states, [1, 1, 1])["w"], [11.0])
+    np.testing.assert_allclose(robust_mean(states, [1, 0, 0])["w"], [0.0])  # weighted
+    np.testing.assert_allclose(robust_mean(states, [1, 0, 0], method="median")["w"], [3.0])
+    np.testing.assert_allclose(
+        robust_mean(states, [1, 0, 0], method="trimmed_mean", trim=0.34)["w"], [3.0]
+    )
+    with pytest.raises(ValueError, match="unknown aggregation"):
+        robust_mean(states, [1, 1, 1], method="krum")
+
+
+def test_clustered_strategy_uses_its_cluster_rule() -> None:
+    from fedepth.strategies import ClientInfo, ClientUpdate, create_strategy
+
+    s = create_strategy("fedavg")
+    s.initialize([ClientInfo(f"c{i}", 10) for i in range(3)], {"w": np.zeros(1, np.float32)})
+    s.cluster_rule = functools.partial(robust_mean, method="median")
+    values = [1.0, 2.0, 1e9]
+    ups = [
+        ClientUpdate(f"c{i}", {"w": np.array([v], np.float32)}, 10) for i, v in enumerate(values)
+    ]
+    s.aggregate_train(0, ups)
+    np.testing.assert_allclose(s.model_for("c0")["w"], [2.0])

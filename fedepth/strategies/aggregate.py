@@ -8,6 +8,7 @@ accumulate in float64 and are cast back to each tensor's dtype; integer tensors 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +51,89 @@ def weighted_mean(
             acc = np.rint(acc)
         out[name] = acc.astype(ref.dtype, copy=False)
     return out
+
+
+#: Per-cluster aggregation rules (``robust_mean``'s ``method``).
+AGGREGATIONS = ("mean", "trimmed_mean", "median")
+
+
+def _stacked(states: Sequence[State], name: str) -> tuple[np.ndarray, np.dtype[Any]]:
+    ref = np.asarray(states[0][name])
+    arrays = []
+    for s in states:
+        t = np.asarray(s[name])
+        if t.shape != ref.shape:
+            raise ValueError(f"tensor {name!r}: shape {t.shape} differs from {ref.shape}")
+        arrays.append(t.astype(np.float64, copy=False))
+    return np.stack(arrays), ref.dtype
+
+
+def _cast(acc: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    if np.issubdtype(dtype, np.integer) or dtype == np.bool_:
+        acc = np.rint(acc)
+    return acc.astype(dtype, copy=False)
+
+
+def _check_names(states: Sequence[State], what: str) -> list[str]:
+    if len(states) == 0:
+        raise ValueError(f"{what} needs at least one state")
+    names = list(states[0].keys())
+    for i, s in enumerate(states[1:], start=1):
+        if list(s.keys()) != names:
+            missing = set(names) ^ set(s.keys())
+            raise ValueError(f"state {i} has different tensor names: {sorted(missing)[:5]}")
+    return names
+
+
+def coordinate_median(states: Sequence[State]) -> dict[str, np.ndarray]:
+    """The median of every coordinate over the states (unweighted; an even count averages the
+    two middle values). A minority of fewer than half the states cannot move it past the
+    honest values' range, whatever their size."""
+    out: dict[str, np.ndarray] = {}
+    for name in _check_names(states, "coordinate_median"):
+        stack, dtype = _stacked(states, name)
+        out[name] = _cast(np.median(stack, axis=0), dtype)
+    return out
+
+
+def trimmed_mean(states: Sequence[State], trim: float) -> dict[str, np.ndarray]:
+    """Coordinate-wise trimmed mean: at each coordinate, drop the ``floor(trim * n)`` lowest and
+    as many highest values of the ``n`` states and average the rest (unweighted).
+
+    ``trim`` lies in [0, 0.5); 0 is the plain mean. With n = 5 and trim 0.2 the lowest and the
+    highest value of each coordinate are dropped.
+    """
+    if not 0 <= trim < 0.5:
+        raise ValueError(f"trim must lie in [0, 0.5), got {trim}")
+    names = _check_names(states, "trimmed_mean")
+    n = len(states)
+    k = int(np.floor(trim * n))
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        stack, dtype = _stacked(states, name)
+        kept = np.sort(stack, axis=0)[k : n - k]
+        out[name] = _cast(kept.mean(axis=0), dtype)
+    return out
+
+
+def robust_mean(
+    states: Sequence[State],
+    weights: Sequence[float] | npt.ArrayLike,
+    *,
+    method: str = "mean",
+    trim: float = 0.2,
+) -> dict[str, np.ndarray]:
+    """One cluster's aggregate by ``method``: ``mean`` (:func:`weighted_mean` by ``weights``),
+    ``trimmed_mean`` (:func:`trimmed_mean`, ``trim``) or ``median``
+    (:func:`coordinate_median`); the robust rules ignore the weights (a sample count is the
+    robot's own claim)."""
+    if method == "mean":
+        return weighted_mean(states, weights)
+    if method == "trimmed_mean":
+        return trimmed_mean(states, trim)
+    if method == "median":
+        return coordinate_median(states)
+    raise ValueError(f"unknown aggregation {method!r}; use one of {', '.join(AGGREGATIONS)}")
 
 
 def cluster_models(

@@ -19,7 +19,7 @@ algorithm file only says how clusters are formed and what its clients run.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -191,6 +191,12 @@ class ClusteredStrategy(Strategy):
     the server. Subclasses implement :meth:`form_clusters` and :meth:`route`.
     """
 
+    #: How a cluster's model is made from its reporting members' updates: (states, sample
+    #: counts) -> state. Default the data-size weighted mean; a robust rule (coordinate-wise
+    #: trimmed mean or median, :func:`~fedepth.strategies.aggregate.robust_mean`) can be set
+    #: on an instance. Strategies that override :meth:`aggregate_train` ignore it.
+    cluster_rule: Callable[[Sequence[State], Sequence[float]], State] | None = None
+
     def setup(self, initial: State) -> None:
         self.M_star = np.asarray(self.form_clusters(), dtype=bool)
         if self.M_star.ndim != 2 or self.M_star.shape[1] != len(self.clients):
@@ -215,9 +221,8 @@ class ClusteredStrategy(Strategy):
             members = [c for c in np.flatnonzero(row) if int(c) in by_index]
             if members:
                 ups = [by_index[int(c)] for c in members]
-                self.cluster_states[k] = weighted_mean(
-                    [u.state for u in ups], [u.num_samples for u in ups]
-                )
+                rule = self.cluster_rule or weighted_mean
+                self.cluster_states[k] = rule([u.state for u in ups], [u.num_samples for u in ups])
         self._client_cache.clear()
 
     def model_for(self, cid: str) -> State:

@@ -9,6 +9,7 @@ referenced by the transaction that follows; unreferenced blobs are garbage.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from abc import ABC, abstractmethod
@@ -20,9 +21,25 @@ from typing import Any
 import numpy as np
 
 from fedepth.descriptor import Descriptor
+from fedepth_coordinator.errors import shown
 
-#: Robot ids and blob keys: short, plain, safe as file names.
-ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+#: Robot ids: short, plain, safe as file names (use ``fullmatch``: no trailing newline).
+ID_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+#: Blob keys: the same characters, long enough for a prefix plus a robot id.
+KEY_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+#: Bytes hashed at a time when a blob is verified.
+HASH_CHUNK_BYTES = 4 << 20
+
+
+class StateError(RuntimeError):
+    """The durable state cannot be used as it is (missing, corrupt, or not accounted for); the
+    message names the files and how to recover. The coordinator refuses to start on it."""
+
+
+class CorruptBlobError(ValueError):
+    """A blob's bytes do not match the checksum recorded when it was written (or none was
+    recorded): it must not be used."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +115,8 @@ class Snapshot:
 
 
 class BlobWriter(ABC):
-    """Writes one blob; nothing is visible under its key until :meth:`commit`."""
+    """Writes one blob; nothing is visible under its key until :meth:`commit`, which records
+    the SHA-256 of the bytes written with the blob."""
 
     @abstractmethod
     def write(self, data: bytes | memoryview) -> None: ...
@@ -174,12 +192,36 @@ class Store(ABC):
         """Keys of all committed blobs."""
 
     @abstractmethod
+    def blob_checksum(self, key: str) -> str | None:
+        """The SHA-256 (hex) recorded when blob ``key`` was committed; None: none recorded."""
+
+    @abstractmethod
+    def blob_size(self, key: str) -> int:
+        """The length of blob ``key`` in bytes (FileNotFoundError / KeyError: no such blob)."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release files and connections."""
 
+    def verify_blob(self, key: str) -> None:
+        """Raise :class:`CorruptBlobError` unless blob ``key`` hashes to its recorded
+        checksum (reads it once, a few MiB at a time)."""
+        recorded = self.blob_checksum(key)
+        if recorded is None:
+            raise CorruptBlobError(f"blob {key!r} has no recorded checksum: it cannot be trusted")
+        digest = hashlib.sha256()
+        size = self.blob_size(key)
+        for offset in range(0, size, HASH_CHUNK_BYTES):
+            digest.update(self.read_blob(key, offset, min(HASH_CHUNK_BYTES, size - offset)))
+        if digest.hexdigest() != recorded:
+            raise CorruptBlobError(
+                f"blob {key!r} is corrupt: its SHA-256 is {digest.hexdigest()[:16]}..., "
+                f"{recorded[:16]}... was recorded when it was written"
+            )
+
     def quarantine_blob(self, key: str) -> str | None:
-        """Move a blob the state cannot account for out of the store without deleting it;
-        where it went (None: this backend keeps it in place)."""
+        """Move a blob the state cannot account for (or a corrupt one) out of the store without
+        deleting it; where it went (None: this backend keeps it in place, or it is absent)."""
         return None
 
     def collect_garbage(self, keep: set[str]) -> list[str]:
@@ -190,9 +232,14 @@ class Store(ABC):
         return dropped
 
 
+def valid_id(text: str) -> bool:
+    """Whether ``text`` is a robot / principal id (the whole string, no trailing newline)."""
+    return ID_PATTERN.fullmatch(text) is not None
+
+
 def check_key(key: str) -> str:
-    if not ID_PATTERN.match(key):
-        raise ValueError(f"blob key {key!r} must match {ID_PATTERN.pattern}")
+    if KEY_PATTERN.fullmatch(key) is None:
+        raise ValueError(f"blob key {shown(key)} must match {KEY_PATTERN.pattern}")
     return key
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from dataclasses import replace
 
@@ -34,8 +35,10 @@ class _MemoryBlobWriter(BlobWriter):
         if self._parts is None:
             raise RuntimeError(f"blob {self._key!r} is already committed or aborted")
         blob = b"".join(self._parts)
+        digest = hashlib.sha256(blob).hexdigest()
         with self._store._lock:
             self._store._blobs[self._key] = blob
+            self._store._sums[self._key] = digest
         self._parts = None
 
     def abort(self) -> None:
@@ -52,6 +55,7 @@ class MemoryStore(Store):
         self._updates: dict[tuple[int, str], UpdateRecord] = {}
         self._history: list[RoundRecord] = []
         self._blobs: dict[str, bytes] = {}
+        self._sums: dict[str, str] = {}
 
     def load(self) -> Snapshot:
         with self._lock:
@@ -116,6 +120,22 @@ class MemoryStore(Store):
     def delete_blob(self, key: str) -> None:
         with self._lock:
             self._blobs.pop(key, None)
+            self._sums.pop(key, None)
+
+    def blob_checksum(self, key: str) -> str | None:
+        with self._lock:
+            return self._sums.get(key)
+
+    def blob_size(self, key: str) -> int:
+        with self._lock:
+            return len(self._blobs[key])
+
+    def corrupt_blob(self, key: str, offset: int, data: bytes) -> None:
+        """Overwrite bytes of a stored blob behind the store's back (tests of disk faults)."""
+        with self._lock:
+            blob = bytearray(self._blobs[key])
+            blob[offset : offset + len(data)] = data
+            self._blobs[key] = bytes(blob)
 
     def blob_keys(self) -> list[str]:
         with self._lock:

@@ -1,11 +1,18 @@
 """Durable :class:`Store`: SQLite metadata plus one safetensors file per weight blob.
 
-Layout of the state directory::
+Layout of the state directory (0700; files 0600)::
 
-    state.db                 robots, run, rounds, updates (WAL, synchronous=FULL)
+    state.db                 robots, run, rounds, updates, blob checksums (WAL, synchronous=FULL)
     blobs/<key>.safetensors  weight blobs, written to a temp file, fsynced, renamed, dir fsynced
+    quarantine/              blobs moved aside (corrupt, or not accounted for by state.db)
 
-A transition is one SQLite transaction; blobs it references are committed before it runs.
+A transition is one SQLite transaction; blobs it references are committed before it runs. The
+SHA-256 of every blob is recorded in ``state.db`` when it is committed and checked by
+:meth:`~fedepth_coordinator.state.base.Store.verify_blob` before it is used.
+
+Opening refuses (:class:`~fedepth_coordinator.state.base.StateError`) a directory whose
+``state.db`` is missing while blobs are there, or whose database is unreadable or fails SQLite's
+``quick_check``: a fresh database would forget the run the blobs belong to.
 
 Blob writes are shaped for streamed uploads: a blob of known size is preallocated, and on Linux
 the kernel is asked to start writing each few MiB back to disk as soon as they are written
@@ -17,7 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import json
+import logging
 import os
 import sqlite3
 import sys
@@ -30,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors import SafetensorError
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
@@ -37,18 +47,25 @@ from fedepth.descriptor import Descriptor
 from fedepth_coordinator.state.base import (
     BlobWriter,
     Checkpoint,
+    CorruptBlobError,
     RobotRecord,
     RoundRecord,
     RunRecord,
     Snapshot,
+    StateError,
     Store,
     UpdateRecord,
     check_key,
     to_json,
 )
 
-SCHEMA_VERSION = 1
+log = logging.getLogger(__name__)
+
+#: 2: blob checksums (a version-1 state gets the checksums of its blobs as they are on opening).
+SCHEMA_VERSION = 2
 _SUFFIX = ".safetensors"
+_DIR_MODE = 0o700
+_FILE_MODE = 0o600
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -80,7 +97,29 @@ CREATE TABLE IF NOT EXISTS updates (
     blob TEXT NOT NULL,
     PRIMARY KEY (round, robot_id)
 );
+CREATE TABLE IF NOT EXISTS blobs (
+    key TEXT PRIMARY KEY,
+    sha256 TEXT NOT NULL,
+    size INTEGER NOT NULL
+);
 """
+
+#: What a state directory that cannot be opened says about recovering it.
+_RECOVER = (
+    "restore the state directory (state.db with its -wal file, and blobs/) from a backup, or "
+    "start a fresh run with another --state-dir; nothing in this one was changed or deleted"
+)
+
+
+#: What reading corrupt records raises (bad JSON, wrong types, absurd sizes, bad safetensors).
+_UNREADABLE = (sqlite3.Error, ValueError, KeyError, TypeError, MemoryError, SafetensorError)
+
+
+def _private_dir(path: Path) -> None:
+    """Create ``path`` (and parents) and make it 0700: the state is the fleet's models."""
+    path.mkdir(parents=True, exist_ok=True, mode=_DIR_MODE)
+    with contextlib.suppress(OSError):  # not ours to change (a mounted volume): keep going
+        os.chmod(path, _DIR_MODE)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -119,14 +158,19 @@ _start_writeback = _writeback_starter()
 
 
 class _FileBlobWriter(BlobWriter):
-    def __init__(self, final: Path, size: int | None) -> None:
+    def __init__(
+        self, final: Path, size: int | None, on_commit: Callable[[str, int], None]
+    ) -> None:
         self._final = final
         self._tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
         # unbuffered: chunks are large, and each goes to the kernel as it comes; closed by
-        # commit or abort
-        self._file: Any = open(self._tmp, "wb", buffering=0)  # noqa: SIM115
+        # commit or abort; 0600 like every state file
+        fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+        self._file: Any = os.fdopen(fd, "wb", buffering=0)
         self._size = size
         self._written = 0
+        self._hash = hashlib.sha256()
+        self._on_commit = on_commit
         self._handed = 0  # bytes handed to the kernel for writeback
         if size and hasattr(os, "posix_fallocate"):
             # fewer block allocations while writing; trimmed at commit if fewer bytes came
@@ -135,6 +179,7 @@ class _FileBlobWriter(BlobWriter):
 
     def write(self, data: bytes | memoryview) -> None:
         view = memoryview(data).cast("B")
+        self._hash.update(view)
         while view.nbytes:
             n = self._file.write(view)
             view = view[n:]
@@ -151,6 +196,7 @@ class _FileBlobWriter(BlobWriter):
         self._file.close()
         os.replace(self._tmp, self._final)
         _fsync_dir(self._final.parent)
+        self._on_commit(self._hash.hexdigest(), self._written)
 
     def abort(self) -> None:
         if not self._file.closed:
@@ -164,13 +210,42 @@ class SqliteStore(Store):
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
         self.blob_dir = self.directory / "blobs"
-        self.blob_dir.mkdir(parents=True, exist_ok=True)
+        self.db_path = self.directory / "state.db"
+        _private_dir(self.directory)
+        _private_dir(self.blob_dir)
+        if not self.db_path.exists() and self.blob_keys():
+            raise StateError(
+                f"{self.db_path} is missing but {self.blob_dir} holds "
+                f"{_some(self.blob_keys())}: without it the coordinator cannot tell which run "
+                f"they belong to. Recover: {_RECOVER}"
+            )
         for tmp in self.blob_dir.glob(".*.tmp"):
             tmp.unlink()
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(
-            self.directory / "state.db", check_same_thread=False, isolation_level=None
-        )
+        if not self.db_path.exists():  # 0600 from the start (SQLite gives its -wal the same)
+            os.close(os.open(self.db_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE))
+        for f in (self.db_path, *self.directory.glob("state.db-*")):
+            with contextlib.suppress(OSError):
+                os.chmod(f, _FILE_MODE)
+        try:
+            self._db = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StateError(
+                f"{self.db_path} cannot be opened ({exc}). Recover: {_RECOVER}"
+            ) from None
+        try:
+            self._open()
+        except (sqlite3.Error, ValueError) as exc:
+            self._db.close()
+            raise StateError(
+                f"{self.db_path} is corrupt or not a coordinator state ({exc}). Recover: "
+                f"{_RECOVER}"
+            ) from None
+
+    def _open(self) -> None:
+        check = self._db.execute("PRAGMA quick_check").fetchall()
+        if check != [("ok",)]:
+            raise ValueError(f"SQLite quick_check: {'; '.join(str(r[0]) for r in check[:3])}")
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
@@ -178,11 +253,33 @@ class SqliteStore(Store):
             row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
             if row is None:
                 db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) != SCHEMA_VERSION:
-                raise RuntimeError(
+            elif row[0] == "1":
+                self._record_unverified(db)
+                db.execute(
+                    "UPDATE meta SET value = ? WHERE key = 'schema'", (str(SCHEMA_VERSION),)
+                )
+            elif row[0] != str(SCHEMA_VERSION):
+                raise StateError(
                     f"{self.directory}: state schema {row[0]}, this coordinator reads "
                     f"{SCHEMA_VERSION}; use a fresh --state-dir"
                 )
+
+    def _record_unverified(self, db: sqlite3.Connection) -> None:
+        """Schema 1 kept no checksums: record those of the blobs as they are now."""
+        keys = self.blob_keys()
+        for key in keys:
+            with open(self._path(key), "rb") as f:
+                digest = hashlib.file_digest(f, "sha256").hexdigest()
+            db.execute(
+                "INSERT OR REPLACE INTO blobs VALUES (?, ?, ?)",
+                (key, digest, self._path(key).stat().st_size),
+            )
+        log.warning(
+            "%s: state written before blob checksums; recorded the checksums of its %d blobs as "
+            "they are now (corruption from before this start is not detected)",
+            self.directory,
+            len(keys),
+        )
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -201,6 +298,15 @@ class SqliteStore(Store):
 
     # -- records -----------------------------------------------------------------------------
     def load(self) -> Snapshot:
+        try:
+            return self._load()
+        except _UNREADABLE as exc:
+            raise StateError(
+                f"{self.db_path} holds unreadable records ({type(exc).__name__}: "
+                f"{str(exc)[:200]}). Recover: {_RECOVER}"
+            ) from None
+
+    def _load(self) -> Snapshot:
         with self._tx() as db:
             robots = [_robot_from_row(r) for r in db.execute("SELECT * FROM robots ORDER BY seq")]
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
@@ -314,19 +420,49 @@ class SqliteStore(Store):
         return self.blob_dir / f"{check_key(key)}{_SUFFIX}"
 
     def blob_writer(self, key: str, size: int | None = None) -> BlobWriter:
-        return _FileBlobWriter(self._path(key), size)
+        def record(sha256: str, nbytes: int) -> None:
+            with self._tx() as db:
+                db.execute("INSERT OR REPLACE INTO blobs VALUES (?, ?, ?)", (key, sha256, nbytes))
+
+        return _FileBlobWriter(self._path(key), size, record)
 
     def read_blob(self, key: str, offset: int, size: int) -> bytearray:
-        buf = bytearray(size)
         with open(self._path(key), "rb") as f:
+            end = os.fstat(f.fileno()).st_size
+            if offset < 0 or size < 0 or offset + size > end:
+                # checked before allocating: a corrupt length never becomes a huge buffer
+                raise ValueError(f"blob {key!r}: read past its end ({offset}+{size} > {end})")
+            buf = bytearray(size)
             f.seek(offset)
             got = f.readinto(buf)
         if got != size:
             raise ValueError(f"blob {key!r}: read past its end ({offset}+{size})")
         return buf
 
+    def verify_blob(self, key: str) -> None:
+        recorded = self.blob_checksum(key)
+        if recorded is None:
+            raise CorruptBlobError(f"blob {key!r} has no recorded checksum: it cannot be trusted")
+        with open(self._path(key), "rb") as f:  # one small reused buffer, not chunk copies
+            actual = hashlib.file_digest(f, "sha256").hexdigest()
+        if actual != recorded:
+            raise CorruptBlobError(
+                f"blob {key!r} is corrupt: its SHA-256 is {actual[:16]}..., "
+                f"{recorded[:16]}... was recorded when it was written"
+            )
+
+    def blob_size(self, key: str) -> int:
+        return self._path(key).stat().st_size
+
+    def blob_checksum(self, key: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT sha256 FROM blobs WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
     def delete_blob(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
+        with self._tx() as db:
+            db.execute("DELETE FROM blobs WHERE key = ?", (key,))
 
     def blob_keys(self) -> list[str]:
         return sorted(p.name[: -len(_SUFFIX)] for p in self.blob_dir.glob(f"[!.]*{_SUFFIX}"))
@@ -336,8 +472,23 @@ class SqliteStore(Store):
         target.parent.mkdir(mode=0o700, exist_ok=True)
         if target.exists():  # an earlier quarantine of the same key: keep both
             target = target.with_name(f"{key}-{time.time_ns()}{_SUFFIX}")
+        recorded = self.blob_checksum(key)
+        if not self._path(key).exists():
+            return None
         self._path(key).replace(target)
+        if recorded is not None:  # what the bytes should hash to, for whoever inspects it
+            side = target.with_name(f"{target.name}.sha256")
+            fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, _FILE_MODE)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{recorded}  {key}{_SUFFIX}\n")
+        with self._tx() as db:
+            db.execute("DELETE FROM blobs WHERE key = ?", (key,))
         return str(target)
+
+
+def _some(keys: list[str]) -> str:
+    shown = ", ".join(f"{k}{_SUFFIX}" for k in keys[:5])
+    return f"{len(keys)} blobs ({shown}{', ...' if len(keys) > 5 else ''})"
 
 
 def _insert_round(db: sqlite3.Connection, r: RoundRecord) -> None:

@@ -69,7 +69,8 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 @pytest.fixture
 def pki(tmp_path: Path) -> Path:
-    """A CA, a server certificate for localhost / 127.0.0.1 and a robot certificate."""
+    """A CA, a server certificate for localhost / 127.0.0.1 and client certificates of the
+    principals ``ops`` and ``robot-000`` (their common names)."""
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")
     d = tmp_path / "pki"
@@ -78,7 +79,7 @@ def pki(tmp_path: Path) -> Path:
     _openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
              "-subj", "/CN=fedepth test CA", cwd=d)  # fmt: skip
     (d / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    for name, ext in (("server", ["-extfile", "san.ext"]), ("robot", [])):
+    for name, ext in (("server", ["-extfile", "san.ext"]), ("ops", []), ("robot-000", [])):
         _openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr",
                  "-subj", f"/CN={name}", cwd=d)  # fmt: skip
         _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
@@ -97,8 +98,8 @@ def test_tls_and_mutual_tls(
         target = f"localhost:{server.port}"
         robot_tls = ClientTls(
             ca_file=str(pki / "ca.pem"),
-            cert_file=str(pki / "robot.pem"),
-            key_file=str(pki / "robot.key"),
+            cert_file=str(pki / "ops.pem"),
+            key_file=str(pki / "ops.key"),
         )
         with CoordinatorClient(
             open_channel(target, tls=robot_tls), "ops", creds.tokens["ops"]
@@ -118,3 +119,38 @@ def test_tls_and_mutual_tls(
                 assert err.value.status == "UNAVAILABLE"
             else:
                 assert c.fleet_status().phase.value == "waiting_for_fleet"
+
+
+def test_mutual_tls_certificate_is_bound_to_its_principal(
+    pki: Path, config_factory: Callable[..., CoordinatorConfig], creds: Any
+) -> None:
+    """Issue 14, item 11: robot-000's certificate with robot-001's (stolen) token is refused."""
+    tls = {
+        "cert_file": str(pki / "server.pem"),
+        "key_file": str(pki / "server.key"),
+        "client_ca_file": str(pki / "ca.pem"),
+    }
+    robot_tls = ClientTls(
+        ca_file=str(pki / "ca.pem"),
+        cert_file=str(pki / "robot-000.pem"),
+        key_file=str(pki / "robot-000.key"),
+    )
+    with running(config_factory(tls=tls)) as server:
+        target = f"localhost:{server.port}"
+        with CoordinatorClient(
+            open_channel(target, tls=robot_tls), "robot-001", creds.tokens["robot-001"]
+        ) as thief:
+            with pytest.raises(CoordinatorCallError) as err:
+                thief.register(10)
+            assert err.value.status == "UNAUTHENTICATED"
+            assert "does not name principal 'robot-001'" in err.value.details
+        assert server.store.load().robots == []  # nothing recorded for the stolen identity
+        with CoordinatorClient(
+            open_channel(target, tls=robot_tls), "robot-000", creds.tokens["robot-000"]
+        ) as own:
+            assert not own.register(10).member  # its own certificate and token: served
+            assert own.health() == "SERVING"
+    with running(config_factory(tls={**tls, "bind_principal": False})) as server:
+        channel = open_channel(f"localhost:{server.port}", tls=robot_tls)
+        with CoordinatorClient(channel, "robot-001", creds.tokens["robot-001"]) as other:
+            assert not other.register(10).member  # binding switched off: the token decides

@@ -3,7 +3,11 @@ state is left alone, and honest robots are still served."""
 
 from __future__ import annotations
 
+import logging
 import math
+import os
+import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -14,20 +18,25 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+import yaml
 
 from fedepth.clustering import subspace_basis
 from fedepth.descriptor import Descriptor
 from fedepth.strategies import ClientUpdate
+from fedepth.strategies.pacfl import PACFL
 from fedepth_coordinator import serde, wire
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2_grpc as pb_grpc
 from fedepth_coordinator.auth import call_metadata
+from fedepth_coordinator.cli import main as cli_main
 from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient, open_channel
-from fedepth_coordinator.config import CoordinatorConfig
+from fedepth_coordinator.config import CoordinatorConfig, to_dict
 from fedepth_coordinator.domain import UpdateHeader
 from fedepth_coordinator.robot import RobotLoop
 from fedepth_coordinator.server import CoordinatorServer, running
 from fedepth_coordinator.simulate import deterministic_train, robot_ids, robot_profile
+from fedepth_coordinator.state import SqliteStore
+from fedepth_coordinator.state.base import StateError
 from fedepth_coordinator.tensors import Layout, iter_chunks
 
 ROBOTS = robot_ids(4)
@@ -507,14 +516,9 @@ def test_slowloris_upload_without_deadline_is_cancelled_when_idle(
     assert world.upload_raw(update).accepted == 2  # B's own retry is taken
 
 
-# -- (5) losing state.db never deletes the blobs --------------------------------------------------
-def test_lost_state_db_quarantines_the_blobs_instead_of_deleting_them(
-    config_factory: Callable[..., CoordinatorConfig],
-    creds: Any,
-    tmp_path: Any,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    config = config_factory(rounds={"num_rounds": 2, "min_robots": 4})
+# -- (5) losing state.db never deletes the blobs: the coordinator refuses to start --------------
+def _state_with_a_run(config: CoordinatorConfig, creds: Any) -> list[str]:
+    """Run a fleet into round 0 with one accepted update; the blob keys left in the state."""
     with running(config) as server:
         channel = open_channel(f"127.0.0.1:{server.port}")
         clients = {r: CoordinatorClient(channel, r, creds.tokens[r]) for r in ROBOTS}
@@ -527,13 +531,56 @@ def test_lost_state_db_quarantines_the_blobs_instead_of_deleting_them(
         blobs = server.store.blob_keys()
         channel.close()
     assert any(k.startswith("upd-") for k in blobs) and "initial" in blobs
+    return blobs
+
+
+def _files(directory: Any) -> dict[str, bytes]:
+    """The blob files under ``directory`` and their bytes."""
+    found = [p for p in directory.rglob("*") if p.suffix == ".safetensors"]
+    return {str(p.relative_to(directory)): p.read_bytes() for p in found}
+
+
+def test_lost_state_db_refuses_to_start_and_names_the_blobs(
+    config_factory: Callable[..., CoordinatorConfig], creds: Any, tmp_path: Any
+) -> None:
+    config = config_factory()
+    _state_with_a_run(config, creds)
     state = tmp_path / "state"
+    blobs = _files(state)
     for f in state.glob("state.db*"):
         f.unlink()  # the database is lost
+    with pytest.raises(StateError) as err:
+        CoordinatorServer(config)
+    msg = str(err.value)
+    assert "state.db is missing" in msg and "initial.safetensors" in msg and "backup" in msg
+    assert _files(state) == blobs and not (state / "state.db").exists()  # nothing touched
+
+
+def test_replaced_state_db_refuses_to_start_unless_told_to_quarantine(
+    config_factory: Callable[..., CoordinatorConfig],
+    creds: Any,
+    tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = config_factory()
+    blobs = _state_with_a_run(config, creds)
+    state = tmp_path / "state"
+    files = _files(state)
+    for f in state.glob("state.db*"):
+        f.unlink()
+    SqliteStore(tmp_path / "empty").close()  # a fresh database put in its place
+    (tmp_path / "empty" / "state.db").replace(state / "state.db")
+    with pytest.raises(StateError, match="has no record of") as err:
+        CoordinatorServer(config)
+    assert "state.unaccounted_blobs=quarantine" in str(err.value)
+    assert _files(state) == files  # nothing moved or deleted
+
+    config = config_factory(state={"unaccounted_blobs": "quarantine"})
     with caplog.at_level("WARNING"), running(config) as server:
         assert server.store.blob_keys() == []
         quarantined = sorted(
-            p.name.removesuffix(".safetensors") for p in (state / "quarantine").iterdir()
+            p.name.removesuffix(".safetensors")
+            for p in (state / "quarantine").glob("*.safetensors")
         )
         assert quarantined == blobs  # nothing deleted
         assert any("moved aside, not deleted" in r.message for r in caplog.records)
@@ -543,6 +590,91 @@ def test_lost_state_db_quarantines_the_blobs_instead_of_deleting_them(
         assert not c.register(p.num_samples, p.labels).member  # a fresh run can form
         assert c.health() == "SERVING"
         channel.close()
+
+
+def test_corrupt_checkpoint_blob_refuses_to_start(
+    config_factory: Callable[..., CoordinatorConfig], creds: Any, tmp_path: Any
+) -> None:
+    config = config_factory()
+    blobs = _state_with_a_run(config, creds)
+    (ckpt,) = [k for k in blobs if k.startswith("ckpt-")]
+    path = tmp_path / "state" / "blobs" / f"{ckpt}.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-8:] = np.full(2, np.nan, np.float32).tobytes()  # NaN bytes written on disk
+    path.write_bytes(bytes(data))
+    with pytest.raises(StateError, match=f"CorruptBlobError: blob '{ckpt}' is corrupt"):
+        CoordinatorServer(config)
+    assert path.read_bytes() == bytes(data)  # left for the operator to inspect
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_corrupt_state_db_ends_in_one_cannot_start_line(
+    damage: str,
+    config_factory: Callable[..., CoordinatorConfig],
+    creds: Any,
+    tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = config_factory()
+    _state_with_a_run(config, creds)
+    db = tmp_path / "state" / "state.db"
+    data = db.read_bytes()
+    db.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"\x13" * len(data))
+    file = tmp_path / "coordinator.yaml"
+    file.write_text(yaml.safe_dump(to_dict(config)))
+    with caplog.at_level("DEBUG"):
+        assert cli_main(["--config", str(file)]) == 1
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and errors[0].exc_info is None
+    msg = errors[0].getMessage()
+    assert msg.startswith("cannot start: ") and "state.db" in msg and "backup" in msg
+    assert "\n" not in msg
+
+
+def test_corrupt_state_db_prints_no_traceback(
+    config_factory: Callable[..., CoordinatorConfig], creds: Any, tmp_path: Any
+) -> None:
+    config = config_factory()
+    _state_with_a_run(config, creds)
+    (tmp_path / "state" / "state.db").write_bytes(b"SQLite format 3\x00" + b"\xff" * 8192)
+    file = tmp_path / "coordinator.yaml"
+    file.write_text(yaml.safe_dump(to_dict(config)))
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedepth_coordinator", "--config", str(file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if "cannot start" in ln]
+    assert len(lines) == 1 and "state.db" in lines[0], proc.stderr
+
+
+# -- (10) a blob changed on disk after it was accepted is never aggregated or served ------------
+def test_corrupt_accepted_update_blob_is_left_out_and_quarantined(
+    world: World, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    world.upload_raw(world.update(B))
+    key = next(u.blob for u in world.server.store.load().updates if u.robot_id == B)
+    path = tmp_path / "state" / "blobs" / f"{key}.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-64:] = np.full(16, np.nan, np.float32).tobytes()  # NaN bytes written on disk
+    path.write_bytes(bytes(data))
+    with caplog.at_level("ERROR", logger="fedepth_coordinator.handlers"):
+        for rid in ROBOTS:
+            if rid != B:
+                world.clients[rid].upload_update(0, world.update(rid))  # closes round 0
+    (closed,) = world.server.coordinator.fleet_status().history
+    assert closed.accepted == len(ROBOTS) - 1  # B's corrupt update was not aggregated
+    assert any(f"{key!r} is corrupt" in r.getMessage() for r in caplog.records)
+    assert (tmp_path / "state" / "quarantine" / f"{key}.safetensors").read_bytes() == data
+    assert key not in world.server.store.blob_keys()
+    for rid in ROBOTS:  # every served model is the honest aggregate: finite
+        model = world.clients[rid].download_model(latest=True)
+        assert model.round == 1
+        assert all(np.isfinite(v).all() for v in model.task.state.values())
 
 
 # -- (9) the duplicate tensor-name check of an upload header is linear ---------------------------
@@ -556,3 +688,240 @@ def test_huge_header_of_repeated_names_is_checked_in_linear_time() -> None:
     with pytest.raises(InvalidArgumentError, match="repeats tensor names"):
         Layout((Group("state", specs + specs[:50_000]),))
     assert time.process_time() - t0 < 2.0
+
+
+# -- (11) safe defaults, bounded echoes, exact id pattern -----------------------------------------
+def test_plaintext_on_a_network_address_and_no_norm_bound_are_warned_at_start() -> None:
+    from fedepth_coordinator.config import config_from_dict
+    from fedepth_coordinator.server import startup_warnings
+
+    default = startup_warnings(config_from_dict({}))  # 0.0.0.0, no TLS, no norm bound
+    assert len(default) == 2
+    assert "PLAINTEXT on 0.0.0.0" in default[0] and "tls.cert_file" in default[0]
+    assert "server.host: 127.0.0.1" in default[0]
+    assert "validation.max_update_norm" in default[1]
+    local = config_from_dict(
+        {"server": {"host": "127.0.0.1"}, "validation": {"max_update_norm": 10.0}}
+    )
+    assert startup_warnings(local) == []
+    assert len(startup_warnings(config_from_dict({"server": {"host": "::1"}}))) == 1
+
+
+def test_default_bind_logs_the_plaintext_warning_when_it_starts(
+    config_factory: Callable[..., CoordinatorConfig], caplog: pytest.LogCaptureFixture
+) -> None:
+    config = config_factory(server={"host": "0.0.0.0"})
+    with caplog.at_level("WARNING", logger="fedepth_coordinator.server"), running(config):
+        pass
+    assert sum("PLAINTEXT" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("rid", ["robot-000\n", "robot-000\n\n", "a" * 65, "robot 0"])
+def test_robot_id_pattern_matches_the_whole_id(rid: str, creds: Any) -> None:
+    from fedepth_coordinator.auth import add_principal
+    from fedepth_coordinator.state.base import valid_id
+
+    assert not valid_id(rid)
+    with pytest.raises(ValueError, match="must match"):
+        add_principal(creds.path, rid)
+    assert valid_id("robot-000")
+
+
+def test_route_summaries_obey_max_summary_bytes(world_factory: Callable[..., World]) -> None:
+    world = world_factory(validation={"max_summary_bytes": 4096})
+    big = serde.inline_to_pb({"pacfl_basis": np.zeros((64, 16))})  # 8 KiB
+    before = world.snapshot()
+    err = _rejected(
+        lambda: list(
+            world.stub.Route(
+                pb.RouteRequest(
+                    descriptor=serde.descriptor_to_pb(robot_profile(A).descriptor),
+                    summaries=big,
+                ),
+                metadata=world.md(),
+                timeout=20,
+            )
+        )
+    )
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.details()
+    assert "validation.max_summary_bytes" in (err.details() or "")
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
+
+
+def test_attacker_sized_ids_are_bounded_in_replies_and_logs(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    huge = "x" * 5000 + "\nFAKE LOG LINE"
+    before = world.snapshot()
+    with caplog.at_level("INFO"):
+        err = _rejected(
+            lambda: world.stub.Register(
+                pb.RegisterRequest(robot_id=huge, num_samples=5), metadata=world.md(), timeout=20
+            )
+        )
+        assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert len(err.details() or "") < 400 and "5014 characters" in (err.details() or "")
+        err = _rejected(
+            lambda: world.stub.Register(
+                pb.RegisterRequest(robot_id=B, num_samples=5),
+                metadata=call_metadata("y" * 5000, "bad"),
+                timeout=20,
+            )
+        )
+        assert err.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert len(err.details() or "") < 400
+    assert all(len(r.getMessage()) < 1000 for r in caplog.records)
+    assert not any("FAKE LOG LINE" in r.getMessage() for r in caplog.records)
+    assert world.snapshot() == before
+    world.honest_robots_are_served()
+
+
+# -- (9) one robot cannot exhaust the workers; formation runs outside the lock and is bounded ----
+def test_one_robot_cannot_fill_every_worker_with_long_polls(
+    world_factory: Callable[..., World],
+) -> None:
+    world = world_factory(server={"max_workers": 8, "max_calls_per_robot": 2, "max_wait_s": 10.0})
+    polls = [
+        world.stub.GetRoundPlan.future(
+            pb.GetRoundPlanRequest(robot_id=B, after_round=0, wait_s=10.0),
+            metadata=world.md(),
+            timeout=30,
+        )
+        for _ in range(8)  # as many as there are workers
+    ]
+    t0 = time.monotonic()
+    refused = []
+    for f in polls:
+        try:
+            f.result(timeout=3)
+        except grpc.FutureTimeoutError:
+            continue  # still waiting: one of the two it may hold
+        except grpc.RpcError as err:
+            refused.append(err)
+    assert len(refused) == 6, [e.details() for e in refused]
+    assert all(e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED for e in refused)
+    assert "server.max_calls_per_robot" in (refused[0].details() or "")
+    assert world.server.call_limit.in_flight(B) == 2
+    world.honest_robots_are_served()  # health answers, A downloads and uploads
+    assert time.monotonic() - t0 < 10
+    for f in polls:
+        f.cancel()
+    deadline = time.monotonic() + 10
+    while world.server.call_limit.in_flight(B):
+        assert time.monotonic() < deadline, "cancelled long polls kept their count"
+        time.sleep(0.05)
+
+
+def test_pacfl_basis_with_too_many_columns_is_rejected(
+    world_factory: Callable[..., World],
+) -> None:
+    rejected: list[tuple[grpc.StatusCode, str]] = []
+
+    def first(mallory: CoordinatorClient) -> None:
+        _mallory_registers(mallory)
+        try:
+            mallory.upload_descriptor(_descriptor(0.0, 1.0), _basis(MALLORY, p=5))
+        except CoordinatorCallError as exc:
+            rejected.append((exc.code, exc.details))
+
+    world = world_factory(
+        first=first,
+        summaries=_basis,
+        strategy={"name": "pacfl", "params": {}},
+        validation={"max_basis_columns": 4},
+    )
+    assert [c for c, _ in rejected] == [grpc.StatusCode.INVALID_ARGUMENT]
+    assert "validation.max_basis_columns" in rejected[0][1]
+    assert world.server.coordinator.fleet_status().phase.name == "TRAINING"
+    world.honest_robots_are_served()
+
+
+class _SlowPACFL(PACFL):
+    """PACFL whose formation takes until ``release`` is set (a huge principal-angle matrix)."""
+
+    started = threading.Event()
+    release = threading.Event()
+
+    def initialize(self, clients: Any, initial: Any) -> None:
+        self.started.set()
+        assert self.release.wait(30), "formation was never released"
+        super().initialize(clients, initial)
+
+
+def test_pacfl_formation_does_not_hold_the_lock_other_calls_need(
+    config_factory: Callable[..., CoordinatorConfig], creds: Any
+) -> None:
+    config = config_factory(strategy={"name": "pacfl", "params": {}})
+    _SlowPACFL.started.clear()
+    _SlowPACFL.release.clear()
+    with running(config, strategy_factory=_SlowPACFL) as server:
+        channel = open_channel(f"127.0.0.1:{server.port}")
+        clients = {r: CoordinatorClient(channel, r, creds.tokens[r]) for r in ROBOTS}
+        for rid in ROBOTS:
+            clients[rid].register(robot_profile(rid).num_samples, robot_profile(rid).labels)
+        for rid in ROBOTS[:-1]:
+            clients[rid].upload_descriptor(robot_profile(rid).descriptor, _basis(rid))
+        last = ROBOTS[-1]
+        acks: list[Any] = []
+        forming = threading.Thread(
+            target=lambda: acks.append(
+                clients[last].upload_descriptor(robot_profile(last).descriptor, _basis(last))
+            )
+        )
+        forming.start()
+        assert _SlowPACFL.started.wait(20)
+        try:
+            t0 = time.monotonic()
+            ops = CoordinatorClient(channel, "ops", creds.tokens["ops"])
+            assert ops.fleet_status().phase.name == "WAITING_FOR_FLEET"
+            assert clients[A].health() == "SERVING"
+            mallory = CoordinatorClient(channel, MALLORY, creds.tokens[MALLORY])
+            assert not mallory.register(50, {}).member  # not in the formation: served
+            mallory.upload_descriptor(robot_profile(MALLORY).descriptor, _basis(MALLORY))
+            assert time.monotonic() - t0 < 5  # none of them waited for the formation
+            with pytest.raises(CoordinatorCallError) as err:  # B is being formed with
+                clients[B].upload_descriptor(_descriptor(0.5, 1.0), _basis(B))
+            assert err.value.code == grpc.StatusCode.ABORTED
+        finally:
+            _SlowPACFL.release.set()
+        forming.join(30)
+        assert acks and acks[0].member
+        status = server.coordinator.fleet_status()
+        assert status.phase.name == "TRAINING"
+        members = sorted(r.robot_id for r in status.robots if r.member)
+        assert members == sorted([*ROBOTS, MALLORY])  # MALLORY joined once it was formed
+        channel.close()
+
+
+# -- robust aggregation per cluster: a poisoned update cannot drag the cluster model -------------
+def test_poisoned_update_is_outvoted_by_the_coordinate_median(
+    world_factory: Callable[..., World],
+) -> None:
+    from fedepth.strategies.aggregate import coordinate_median
+
+    world = world_factory(
+        strategy={"name": "fedavg", "params": {}}, validation={"robust_aggregation": "median"}
+    )
+    updates = {rid: world.update(rid) for rid in ROBOTS}
+    poisoned = {k: v + np.float32(1e6) for k, v in updates[B].state.items()}
+    world.upload_raw(replace(updates[B], state=poisoned))
+    for rid in ROBOTS:
+        if rid != B:
+            world.clients[rid].upload_update(0, updates[rid])
+    expected = coordinate_median([poisoned if r == B else updates[r].state for r in ROBOTS])
+    model = world.clients[A].download_model(latest=True)
+    assert model.round == 1
+    for name, value in model.task.state.items():
+        np.testing.assert_allclose(value, expected[name], rtol=1e-6)
+        assert np.abs(value).max() < 1e3  # the honest values' range, not the attacker's
+
+
+def test_robust_aggregation_with_a_strategy_of_its_own_rule_refuses_to_start(
+    config_factory: Callable[..., CoordinatorConfig],
+) -> None:
+    config = config_factory(
+        strategy={"name": "scaffold", "params": {}}, validation={"robust_aggregation": "median"}
+    )
+    with pytest.raises(ValueError, match="aggregates by its own rule"):
+        CoordinatorServer(config)

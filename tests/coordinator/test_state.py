@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from fedepth_coordinator.state import (
     UpdateRecord,
 )
 from fedepth_coordinator.state import sqlite as sqlite_state
+from fedepth_coordinator.state.base import CorruptBlobError, StateError
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -158,3 +161,110 @@ def test_blob_size_hints_preallocate_without_changing_the_bytes(
     assert store.blob_keys() == ["exact", "large", "small"]
     if isinstance(store, SqliteStore):
         assert not list(store.blob_dir.glob(".*"))  # no temp files left
+
+
+# -- integrity: a checksum per blob, recorded with it and verified on load (issue 14, item 10) --
+def _corrupt(store: Store, key: str, offset: int, data: bytes) -> None:
+    """Change bytes of a committed blob behind the store's back (a disk fault)."""
+    if isinstance(store, MemoryStore):
+        store.corrupt_blob(key, offset, data)
+    else:
+        assert isinstance(store, SqliteStore)
+        with open(store.blob_dir / f"{key}.safetensors", "r+b") as f:
+            f.seek(offset)
+            f.write(data)
+
+
+def test_blob_checksum_is_recorded_on_commit_and_a_changed_byte_is_detected(
+    store: Store,
+) -> None:
+    write_blob(store, "ck", {"state": {"w": np.ones(16, dtype=np.float32)}}, chunk_bytes=7)
+    size = store.blob_size("ck")
+    raw = bytes(store.read_blob("ck", 0, size))
+    assert store.blob_checksum("ck") == hashlib.sha256(raw).hexdigest()
+    store.verify_blob("ck")
+    np.testing.assert_array_equal(BlobReader(store, "ck").tensor("state", "w"), np.ones(16))
+
+    _corrupt(store, "ck", size - 4, np.float32(np.nan).tobytes())  # NaN bytes in the data
+    with pytest.raises(CorruptBlobError, match="'ck' is corrupt"):
+        store.verify_blob("ck")
+    with pytest.raises(CorruptBlobError):
+        BlobReader(store, "ck")  # never read back as tensors
+    store.delete_blob("ck")
+    assert store.blob_checksum("ck") is None and store.blob_keys() == []
+
+
+def test_an_aborted_blob_records_no_checksum(store: Store) -> None:
+    with store.blob_writer("gone") as w:
+        w.write(b"abc")
+        w.abort()
+    assert store.blob_checksum("gone") is None
+
+
+def test_sqlite_blob_with_no_recorded_checksum_is_not_trusted(tmp_path: Path) -> None:
+    s = SqliteStore(tmp_path / "state")
+    write_blob(s, "ck", {"state": {"w": np.ones(3)}})
+    (s.blob_dir / "stray.safetensors").write_bytes((s.blob_dir / "ck.safetensors").read_bytes())
+    with pytest.raises(CorruptBlobError, match="no recorded checksum"):
+        BlobReader(s, "stray")
+    s.close()
+
+
+def test_sqlite_read_of_an_absurd_size_fails_before_allocating(tmp_path: Path) -> None:
+    s = SqliteStore(tmp_path / "state")
+    write_blob(s, "ck", {"state": {"w": np.ones(3)}})
+    with pytest.raises(ValueError, match="past its end"):
+        s.read_blob("ck", 8, 1 << 60)  # a corrupt header length: no MemoryError
+    s.close()
+
+
+def test_sqlite_state_files_are_private(tmp_path: Path) -> None:
+    s = SqliteStore(tmp_path / "state")
+    write_blob(s, "ck", {"state": {"w": np.ones(3)}})
+    s.put_robot(_robot("a"))
+    s.quarantine_blob("ck")
+    for d in (s.directory, s.blob_dir, s.directory / "quarantine"):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+    files = [p for p in s.directory.rglob("*") if p.is_file()]
+    assert any(p.name == "state.db" for p in files) and any(p.suffix == ".sha256" for p in files)
+    for p in files:
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+    s.close()
+
+
+def test_sqlite_missing_database_beside_blobs_refuses_to_open(tmp_path: Path) -> None:
+    s = SqliteStore(tmp_path / "state")
+    write_blob(s, "initial", {"state": {"w": np.ones(3)}})
+    s.close()
+    for f in (tmp_path / "state").glob("state.db*"):
+        f.unlink()
+    with pytest.raises(StateError, match=r"state\.db is missing .*initial\.safetensors") as err:
+        SqliteStore(tmp_path / "state")
+    assert "backup" in str(err.value) and "--state-dir" in str(err.value)
+    assert not (tmp_path / "state" / "state.db").exists()  # no fresh database was made
+    assert (tmp_path / "state" / "blobs" / "initial.safetensors").exists()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_sqlite_corrupt_database_refuses_to_open(tmp_path: Path, damage: str) -> None:
+    s = SqliteStore(tmp_path / "state")
+    for i in range(200):  # a few pages
+        s.put_robot(_robot(f"r{i:03d}"))
+    s.close()
+    db = tmp_path / "state" / "state.db"
+    data = db.read_bytes()
+    db.write_bytes(b"\xde\xad" * 4096 if damage == "garbage" else data[: len(data) // 3])
+    with pytest.raises(StateError, match=r"state\.db .*(corrupt|unreadable)") as err:
+        SqliteStore(tmp_path / "state").load()
+    assert "Recover:" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_sqlite_state_of_schema_1_gets_the_checksums_of_its_blobs(tmp_path: Path) -> None:
+    s = SqliteStore(tmp_path / "state")
+    write_blob(s, "ck", {"state": {"w": np.ones(3)}})
+    s._db.execute("DELETE FROM blobs")
+    s._db.execute("UPDATE meta SET value = '1' WHERE key = 'schema'")
+    s.close()
+    again = SqliteStore(tmp_path / "state")
+    again.verify_blob("ck")
+    again.close()
