@@ -130,6 +130,9 @@ class DepthNode(WorkerNode):
         self.card_error: str | None = None
         self._decision_ready: tuple[RouteDecision, Descriptor, DepthPredictor] | None = None
         self._route_thread: threading.Thread | None = None
+        #: the served model, fetched at start (see _prepare); set once that is over
+        self._served: DepthPredictor | None = None
+        self._served_thread = threading.Thread(target=self._prepare, name="served", daemon=True)
 
         self.create_subscription(Image, "image", self._on_image, qos_profile_sensor_data)
         self.create_subscription(
@@ -233,6 +236,8 @@ class DepthNode(WorkerNode):
 
     # -- worker thread -------------------------------------------------------------------------
     def start(self) -> None:
+        if self.coordinator:  # the served card (and model) while the first frames arrive
+            self._served_thread.start()
         self.worker.start()
 
     def shutdown(self) -> bool:
@@ -245,6 +250,8 @@ class DepthNode(WorkerNode):
         self.worker.join(timeout=30.0)
         if self._route_thread is not None:
             self._route_thread.join(timeout=10.0)
+        if self._served_thread.is_alive():
+            self._served_thread.join(timeout=10.0)
         if self.processed:
             times = np.asarray(self.infer_seconds) * 1e3
             get_logger(f"{NODE_NAME}.exit").info(
@@ -265,24 +272,15 @@ class DepthNode(WorkerNode):
                 try:
                     msg = self.queue.get(timeout=0.5)
                 except queue.Empty:
+                    # a decision that arrives after the last frame still answers the waiting ones
+                    self._maybe_routed(pending)
                     continue
                 try:
                     rgb = cv.image_to_rgb(msg)
                 except cv.ConversionError as exc:
                     log.warning(f"dropping image: {exc}", throttle_duration_sec=5.0)
                     continue
-                routed = self._decision_ready
-                if routed is not None and not self.ready:
-                    self._apply(*routed)
-                    self.ready = True
-                    if self.reroute:
-                        self.monitor = self._make_monitor()
-                    for m, r in pending:
-                        if not self.weights:  # the waiting frames get depth from the routed model
-                            self._infer(m, r)
-                        if self.monitor is not None:
-                            self._watch(self.monitor, r)
-                    pending.clear()
+                self._maybe_routed(pending)
                 if self.ready:
                     self._infer(msg, rgb)
                     if self.monitor is not None:
@@ -306,6 +304,23 @@ class DepthNode(WorkerNode):
                         self._route_thread.start()
         except Exception as exc:  # the worker must report, not die silently
             log.error(f"worker failed: {type(exc).__name__}: {exc}")
+
+    def _maybe_routed(self, pending: list[tuple[Image, np.ndarray]]) -> None:
+        """Once routing has decided: load the routed model, then give the frames that waited
+        their depth (without local weights) and feed them to the drift monitor."""
+        routed = self._decision_ready
+        if routed is None or self.ready:
+            return
+        self._apply(*routed)
+        self.ready = True
+        if self.reroute:
+            self.monitor = self._make_monitor()
+        for m, r in pending:
+            if not self.weights:  # the waiting frames get depth from the routed model
+                self._infer(m, r)
+            if self.monitor is not None:
+                self._watch(self.monitor, r)
+        pending.clear()
 
     def _client_once(self) -> CoordinatorClient:
         with self._lock:
@@ -361,15 +376,26 @@ class DepthNode(WorkerNode):
         self.get_logger().info(f"built the served model: {source} serves {card.describe()}")
         return DepthPredictor(model, self.device)
 
+    def _prepare(self) -> None:
+        """At start, on its own thread: the served card, the model built from it (or the
+        local weights checked against it), so that routing can start with the first frames."""
+        try:
+            self._served = self._served_model(self._client_once())
+        except Exception as exc:
+            self.route_error = f"routing failed: {type(exc).__name__}: {exc}"
+            self.get_logger().error(self.route_error)
+
     def _route(self, frames: list[np.ndarray]) -> None:
         """Served card -> descriptor -> Route (retried) on its own thread; the worker applies
         the decision."""
         log = self.get_logger()
+        while self._served_thread.is_alive():  # the served card, asked for at start
+            self._served_thread.join(timeout=0.5)
+        predictor = self._served
+        if predictor is None:
+            return  # stopped, or the card does not fit (route_error says why)
         try:
             client = self._client_once()
-            predictor = self._served_model(client)
-            if predictor is None:
-                return
             descriptor, summaries = predictor.features(frames, self.descriptor_frames, seed=0)
         except Exception as exc:
             self.route_error = f"routing failed: {type(exc).__name__}: {exc}"
