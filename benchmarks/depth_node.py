@@ -229,11 +229,9 @@ def main() -> int:
         argv = [sys.executable, "-m", "fedepth_ros.depth_node", "--ros-args", "-r", "__ns:=/bench"]
         for k, v in {
             "coordinator": '""',
-            "weights": weights,
-            "model": args.model,
-            "min_depth": MIN_DEPTH,
-            "max_depth": MAX_DEPTH,
+            "weights": weights,  # its card: the model and depth range the node builds
             "device": args.device,
+            "threads": args.threads,
             "queue_size": 1,
         }.items():
             argv += ["-p", f"{k}:={v}"]

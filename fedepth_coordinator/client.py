@@ -194,10 +194,21 @@ class CoordinatorClient:
             raise CoordinatorCallError(method, grpc.StatusCode.DATA_LOSS, str(exc)) from exc
 
     # -- robot lifecycle ---------------------------------------------------------------------
-    def register(self, num_samples: int, labels: Mapping[str, str] | None = None) -> Registration:
-        """Register this robot (again, after a drop-out: the same values)."""
+    def register(
+        self,
+        num_samples: int,
+        labels: Mapping[str, str] | None = None,
+        *,
+        model_card: str | None = None,
+    ) -> Registration:
+        """Register this robot (again, after a drop-out: the same values). ``model_card``
+        (JSON) declares the model the robot can take; a coordinator serving a different one
+        refuses it with FAILED_PRECONDITION. The reply carries the served card."""
         req = pb.RegisterRequest(
-            robot_id=self.robot_id, num_samples=num_samples, labels=dict(labels or {})
+            robot_id=self.robot_id,
+            num_samples=num_samples,
+            labels=dict(labels or {}),
+            model_card=model_card or "",
         )
         with self._call("Register"):
             reply = self._stub.Register(

@@ -37,6 +37,8 @@ class PlanAction(StrEnum):
 class Registration:
     phase: Phase
     member: bool
+    #: the served model's card as JSON (``fedepth.models.ModelCard``); None: no card
+    model_card: str | None = None
 
 
 @dataclass(frozen=True)
@@ -190,3 +192,5 @@ class FleetStatus:
     quorum: int = 0
     robots: tuple[RobotStatus, ...] = ()
     history: tuple[RoundSummary, ...] = ()
+    #: the served model's card as JSON (``fedepth.models.ModelCard``); None: no card
+    model_card: str | None = None

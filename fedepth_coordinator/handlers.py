@@ -457,7 +457,13 @@ class Coordinator:
 
     # -- fleet -------------------------------------------------------------------------------
     def register(
-        self, caller: str, robot_id: str, num_samples: int, labels: Mapping[str, str]
+        self,
+        caller: str,
+        robot_id: str,
+        num_samples: int,
+        labels: Mapping[str, str],
+        *,
+        model_card: str | None = None,
     ) -> Registration:
         self._check_caller(caller, robot_id)
         if not valid_id(robot_id):
@@ -467,6 +473,8 @@ class Coordinator:
         if num_samples <= 0:
             raise InvalidArgumentError(f"num_samples must be > 0, got {num_samples}")
         _check_labels(labels, f"robot {robot_id!r}")
+        if model_card is not None:
+            self._check_model_card(robot_id, model_card)
         with self._cond:
             self._touch(robot_id)
             old = self._robots.get(robot_id)
@@ -492,7 +500,30 @@ class Coordinator:
                 self._after_fleet_change(robot_id)
         self._form_fleet()  # outside the lock: formation work may be long
         with self._cond:
-            return Registration(self.phase, robot_id in self._member_set)
+            return Registration(self.phase, robot_id in self._member_set, self.model_card)
+
+    def _check_model_card(self, robot_id: str, declared_json: str) -> None:
+        """Refuse a robot whose declared model cannot take the served weights."""
+        from fedepth.models.card import ModelCard
+
+        try:
+            declared = ModelCard.from_json(declared_json, f"robot {robot_id!r}'s model card")
+        except ValueError as exc:
+            raise InvalidArgumentError(str(exc)) from None
+        if self.model_card is None:
+            raise FailedPreconditionError(
+                f"robot {robot_id!r} declares {declared.describe()}, but this coordinator "
+                "serves a model without a card (the synthetic test model): no robot model "
+                "can take it"
+            )
+        served = ModelCard.from_json(self.model_card, "served model")
+        diff = served.differences(declared)
+        if diff:
+            raise FailedPreconditionError(
+                f"robot {robot_id!r} declares {declared.describe()}, but this coordinator "
+                f"serves {served.describe()} (differs in {', '.join(diff)}): start the robot "
+                "without weights (it builds the served model) or with weights of that model"
+            )
 
     def upload_descriptor(
         self,
@@ -1098,6 +1129,7 @@ class Coordinator:
                 quorum=self._quorum(len(selected)) if r else 0,
                 robots=robots,
                 history=history,
+                model_card=self.model_card,
             )
 
     def final_states(self) -> dict[str, State]:

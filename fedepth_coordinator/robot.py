@@ -44,6 +44,8 @@ class RobotProfile:
     descriptor: Descriptor
     labels: Mapping[str, str] = field(default_factory=dict)
     summaries: Mapping[str, np.ndarray] = field(default_factory=dict)
+    #: the model the robot can take (ModelCard JSON), declared at every Register; None: any
+    model_card: str | None = None
 
 
 @dataclass
@@ -79,7 +81,7 @@ class RobotLoop:
     def join(self) -> None:
         """Register and send the descriptor (again after an outage: idempotent)."""
         p = self.profile
-        self.client.register(p.num_samples, p.labels)
+        self.client.register(p.num_samples, p.labels, model_card=p.model_card)
         self.client.upload_descriptor(p.descriptor, p.summaries)
 
     def _retrying(self, step: Callable[[], T]) -> T:

@@ -178,11 +178,11 @@ def recipe_from_pb(msg: pb.TrainRecipe) -> TrainRecipe:
 
 # -- answers ------------------------------------------------------------------------------------
 def registration_to_pb(r: Registration) -> pb.RegisterReply:
-    return pb.RegisterReply(phase=_PHASES[r.phase], member=r.member)
+    return pb.RegisterReply(phase=_PHASES[r.phase], member=r.member, model_card=r.model_card or "")
 
 
 def registration_from_pb(msg: pb.RegisterReply) -> Registration:
-    return Registration(_phase(msg.phase), msg.member)
+    return Registration(_phase(msg.phase), msg.member, msg.model_card or None)
 
 
 def ack_to_pb(a: DescriptorAck) -> pb.UploadDescriptorReply:
@@ -345,6 +345,7 @@ def fleet_to_pb(f: FleetStatus) -> pb.FleetStatus:
             )
             for r in f.robots
         ],
+        model_card=f.model_card or "",
         history=[
             pb.RoundSummary(
                 round=h.round,
@@ -386,4 +387,5 @@ def fleet_from_pb(msg: pb.FleetStatus) -> FleetStatus:
             RoundSummary(h.round, h.selected, h.accepted, h.duration_s, h.closed_by)
             for h in msg.history
         ),
+        model_card=msg.model_card or None,
     )

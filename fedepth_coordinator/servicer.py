@@ -94,7 +94,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     ) -> pb.RegisterReply:
         with _status(context, "Register"):
             reg = self.coordinator.register(
-                caller_id(context), request.robot_id, request.num_samples, dict(request.labels)
+                caller_id(context),
+                request.robot_id,
+                request.num_samples,
+                dict(request.labels),
+                model_card=request.model_card or None,
             )
             return serde.registration_to_pb(reg)
 

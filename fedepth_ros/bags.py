@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,8 +137,7 @@ def bag_info(path: str | Path) -> BagInfo:
         try:
             count = reader.message_count
             start, end = (reader.start_time, reader.end_time - 1) if count else (0, 0)
-            meta: Any = getattr(reader, "metadata", None)
-            custom = dict(getattr(meta, "custom", None) or {})
+            custom = _custom_data(reader)
             stamps: dict[str, list[int]] = {}
             first: dict[str, bytes] = {}
             conns = list(reader.connections)
@@ -158,6 +157,15 @@ def bag_info(path: str | Path) -> BagInfo:
     return BagInfo(
         path, storage, topics, count, start, end, {k: str(v) for k, v in custom.items()}
     )
+
+
+def _custom_data(reader: Any) -> dict[str, Any]:
+    """The ``custom_data`` of a bag's metadata.yaml. rosbags keeps it on the storage reader's
+    metadata (``reader.storage.metadata.custom``; a single .mcap / .db3 file has none), not
+    on :class:`Reader` itself."""
+    meta = getattr(getattr(reader, "storage", None), "metadata", None)
+    custom = getattr(meta, "custom", None)
+    return dict(custom) if isinstance(custom, Mapping) else {}
 
 
 def _summary(

@@ -38,14 +38,17 @@ from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import String
 
 from fedepth.descriptor import Descriptor
+from fedepth.models import card_of
 from fedepth.strategies import RouteDecision
 from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient
 from fedepth_ros import conversions as cv
 from fedepth_ros.drift import DriftMonitor
 from fedepth_ros.learner import (
     DepthPredictor,
-    build_model,
+    check_served,
     describe,
+    model_from_card,
+    model_from_weights,
     resolve_device,
     set_threads,
 )
@@ -90,14 +93,13 @@ class DepthNode(WorkerNode):
             raise NodeConfigError("status_period must be > 0")
         try:
             self.threads = set_threads(int(p["threads"]))
-            model = build_model(
-                str(p["model"]),
-                float(p["min_depth"]),
-                float(p["max_depth"]),
-                self.weights,
-                warn=self.get_logger().warning,
+            self.device = resolve_device(str(p["device"]))
+            # the model of the weights' card; without weights, the served card's (see _route)
+            self.predictor: DepthPredictor | None = (
+                DepthPredictor(model_from_weights(self.weights), self.device)
+                if self.weights
+                else None
             )
-            self.predictor = DepthPredictor(model, resolve_device(str(p["device"])))
         except (ValueError, OSError, KeyError) as exc:
             raise NodeConfigError(f"depth_node: {exc}") from None
         self.reroute = bool(p["reroute"])
@@ -124,8 +126,13 @@ class DepthNode(WorkerNode):
         self._started = time.monotonic()
         self.route_state = "local weights" if not self.coordinator else "collecting frames"
         self.route_error: str | None = None
-        self._decision_ready: tuple[RouteDecision, Descriptor] | None = None
+        #: the served model is not the local weights' (routing off for good)
+        self.card_error: str | None = None
+        self._decision_ready: tuple[RouteDecision, Descriptor, DepthPredictor] | None = None
         self._route_thread: threading.Thread | None = None
+        #: the served model, fetched at start (see _prepare); set once that is over
+        self._served: DepthPredictor | None = None
+        self._served_thread = threading.Thread(target=self._prepare, name="served", daemon=True)
 
         self.create_subscription(Image, "image", self._on_image, qos_profile_sensor_data)
         self.create_subscription(
@@ -175,6 +182,8 @@ class DepthNode(WorkerNode):
         """(level, message) of what the node does now, naming why nothing is published."""
         now = time.monotonic()
         image_topic = self.resolve_topic_name("image")
+        if self.card_error is not None:
+            return DiagnosticStatus.ERROR, self.card_error
         if self.route_error is not None and not self.ready and not self.weights:
             return DiagnosticStatus.ERROR, (
                 f"publishing nothing: no weights until routed, and {self.route_error}"
@@ -227,6 +236,8 @@ class DepthNode(WorkerNode):
 
     # -- worker thread -------------------------------------------------------------------------
     def start(self) -> None:
+        if self.coordinator:  # the served card (and model) while the first frames arrive
+            self._served_thread.start()
         self.worker.start()
 
     def shutdown(self) -> bool:
@@ -239,6 +250,8 @@ class DepthNode(WorkerNode):
         self.worker.join(timeout=30.0)
         if self._route_thread is not None:
             self._route_thread.join(timeout=10.0)
+        if self._served_thread.is_alive():
+            self._served_thread.join(timeout=10.0)
         if self.processed:
             times = np.asarray(self.infer_seconds) * 1e3
             get_logger(f"{NODE_NAME}.exit").info(
@@ -259,24 +272,15 @@ class DepthNode(WorkerNode):
                 try:
                     msg = self.queue.get(timeout=0.5)
                 except queue.Empty:
+                    # a decision that arrives after the last frame still answers the waiting ones
+                    self._maybe_routed(pending)
                     continue
                 try:
                     rgb = cv.image_to_rgb(msg)
                 except cv.ConversionError as exc:
                     log.warning(f"dropping image: {exc}", throttle_duration_sec=5.0)
                     continue
-                routed = self._decision_ready
-                if routed is not None and not self.ready:
-                    self._apply(*routed)
-                    self.ready = True
-                    if self.reroute:
-                        self.monitor = self._make_monitor()
-                    for m, r in pending:
-                        if not self.weights:  # the waiting frames get depth from the routed model
-                            self._infer(m, r)
-                        if self.monitor is not None:
-                            self._watch(self.monitor, r)
-                    pending.clear()
+                self._maybe_routed(pending)
                 if self.ready:
                     self._infer(msg, rgb)
                     if self.monitor is not None:
@@ -301,6 +305,23 @@ class DepthNode(WorkerNode):
         except Exception as exc:  # the worker must report, not die silently
             log.error(f"worker failed: {type(exc).__name__}: {exc}")
 
+    def _maybe_routed(self, pending: list[tuple[Image, np.ndarray]]) -> None:
+        """Once routing has decided: load the routed model, then give the frames that waited
+        their depth (without local weights) and feed them to the drift monitor."""
+        routed = self._decision_ready
+        if routed is None or self.ready:
+            return
+        self._apply(*routed)
+        self.ready = True
+        if self.reroute:
+            self.monitor = self._make_monitor()
+        for m, r in pending:
+            if not self.weights:  # the waiting frames get depth from the routed model
+                self._infer(m, r)
+            if self.monitor is not None:
+                self._watch(self.monitor, r)
+        pending.clear()
+
     def _client_once(self) -> CoordinatorClient:
         with self._lock:
             if self._client is None:
@@ -313,12 +334,69 @@ class DepthNode(WorkerNode):
                 )
             return self._client
 
-    def _route(self, frames: list[np.ndarray]) -> None:
-        """Descriptor -> Route (retried) on its own thread; the worker applies the decision."""
-        log = self.get_logger()
+    def _retry(self, what: str, exc: CoordinatorCallError, backoff: float) -> None:
+        self.route_error = f"coordinator {self.coordinator}: {exc}"
+        self.route_state = f"waiting for the coordinator {self.coordinator} to {what}"
+        if exc.code not in ROUTE_RETRY:
+            self.get_logger().error(f"{what}: {exc}", throttle_duration_sec=30.0)
+        else:
+            self.get_logger().warning(
+                f"{what}: {exc}; retrying (every {backoff:g} s)", throttle_duration_sec=30.0
+            )
+        self.stop.wait(backoff)
+
+    def _served_model(self, client: CoordinatorClient) -> DepthPredictor | None:
+        """The served model's card (retried): the model to build without weights, or the one
+        the local weights must be. None: stopped, or the card does not fit (route_error)."""
+        backoff = 0.5
+        while not self.stop.is_set():
+            try:
+                card_json = client.fleet_status().model_card
+                break
+            except CoordinatorCallError as exc:
+                if self.stop.is_set():
+                    return None
+                self._retry("send its model card", exc, backoff)
+                backoff = min(10.0, backoff * 2)
+        else:
+            return None
+        source = f"the coordinator {self.coordinator}"
         try:
-            descriptor, summaries = self.predictor.features(frames, self.descriptor_frames, seed=0)
+            if self.predictor is not None:
+                check_served(self.predictor.model, card_json, source)
+                return self.predictor
+            model = model_from_card(card_json, source)
+            card = card_of(model)
+        except ValueError as exc:
+            keep = "; predicting with the local weights only" if self.predictor else ""
+            self.card_error = self.route_error = f"cannot route: {exc}{keep}"
+            self.route_state = "not routed (model card mismatch)"
+            self.get_logger().error(self.card_error)
+            return None
+        self.get_logger().info(f"built the served model: {source} serves {card.describe()}")
+        return DepthPredictor(model, self.device)
+
+    def _prepare(self) -> None:
+        """At start, on its own thread: the served card, the model built from it (or the
+        local weights checked against it), so that routing can start with the first frames."""
+        try:
+            self._served = self._served_model(self._client_once())
+        except Exception as exc:
+            self.route_error = f"routing failed: {type(exc).__name__}: {exc}"
+            self.get_logger().error(self.route_error)
+
+    def _route(self, frames: list[np.ndarray]) -> None:
+        """Served card -> descriptor -> Route (retried) on its own thread; the worker applies
+        the decision."""
+        log = self.get_logger()
+        while self._served_thread.is_alive():  # the served card, asked for at start
+            self._served_thread.join(timeout=0.5)
+        predictor = self._served
+        if predictor is None:
+            return  # stopped, or the card does not fit (route_error says why)
+        try:
             client = self._client_once()
+            descriptor, summaries = predictor.features(frames, self.descriptor_frames, seed=0)
         except Exception as exc:
             self.route_error = f"routing failed: {type(exc).__name__}: {exc}"
             log.error(self.route_error)
@@ -332,23 +410,18 @@ class DepthNode(WorkerNode):
             except CoordinatorCallError as exc:
                 if self.stop.is_set():
                     return
-                self.route_error = f"coordinator {self.coordinator}: {exc}"
-                self.route_state = f"waiting for the coordinator {self.coordinator} to route"
-                if exc.code not in ROUTE_RETRY:
-                    log.error(f"route: {exc}", throttle_duration_sec=30.0)
-                else:
-                    log.warning(
-                        f"route: {exc}; retrying (every {backoff:g} s)", throttle_duration_sec=30.0
-                    )
-                self.stop.wait(backoff)
+                self._retry("route", exc, backoff)
                 backoff = min(10.0, backoff * 2)
         else:
             return
         self.route_error = None
-        self._decision_ready = (decision, descriptor)
+        self._decision_ready = (decision, descriptor, predictor)
 
-    def _apply(self, decision: RouteDecision, descriptor: Descriptor) -> None:
-        self.predictor.load_state(decision.state, source=f"route {decision.clusters}")
+    def _apply(
+        self, decision: RouteDecision, descriptor: Descriptor, predictor: DepthPredictor
+    ) -> None:
+        predictor.load_state(decision.state, source=f"route {decision.clusters}")
+        self.predictor = predictor
         self.decision = decision
         self.routed_descriptor = descriptor
         self._publish_route("coordinator", decision.clusters, decision.weights)
@@ -387,6 +460,7 @@ class DepthNode(WorkerNode):
 
     def _watch(self, monitor: DriftMonitor, rgb: np.ndarray) -> None:
         """Feed the drift monitor; on sustained drift, route the window (one attempt)."""
+        assert self.predictor is not None
         window = monitor.add(self.predictor.gem(rgb))
         if window is None:
             return
@@ -400,7 +474,8 @@ class DepthNode(WorkerNode):
         except CoordinatorCallError as exc:
             self.get_logger().warning(f"re-route failed, keeping the current model: {exc}")
             return
-        self._apply(decision, window)
+        assert self.predictor is not None
+        self._apply(decision, window, self.predictor)
         monitor.rerouted(window)
         self.reroutes += 1
 
@@ -409,7 +484,7 @@ class DepthNode(WorkerNode):
             "source": source,
             "clusters": [int(c) for c in clusters],
             "weights": [float(w) for w in weights],
-            "model": str(self.params["model"]),
+            "model": "" if self.predictor is None else card_of(self.predictor.model).describe(),
             "weights_file": self.weights if source == "local" else "",
             "descriptor_frames": self.descriptor_frames if source != "local" else 0,
         }
@@ -419,9 +494,12 @@ class DepthNode(WorkerNode):
         if not self.subscribed():
             self.skipped_unsubscribed += 1
             return
+        predictor = self.predictor
+        if predictor is None:
+            return
         start = time.perf_counter()
         try:
-            depth = self.predictor.predict(rgb)
+            depth = predictor.predict(rgb)
         except (RuntimeError, ValueError) as exc:  # e.g. an image too small for the encoder
             self.get_logger().warning(
                 f"no depth for a {rgb.shape[1]}x{rgb.shape[0]} image: {exc}",

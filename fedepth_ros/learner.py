@@ -23,7 +23,7 @@ from fedepth.clustering import subspace_basis
 from fedepth.data.sequence import Frame
 from fedepth.data.torchdata import resize_frame
 from fedepth.descriptor import Descriptor, DescriptorExtractor, image_to_tensor
-from fedepth.models import DepthModel, ModelCard, create_model, load_weights, read_card, set_state
+from fedepth.models import DepthModel, ModelCard, card_of, load_weights, read_card, set_state
 from fedepth.recipe import TrainRecipe
 from fedepth.strategies import ClientUpdate, TrainTask
 from fedepth.strategies.aggregate import State
@@ -57,33 +57,47 @@ def describe(gem_vectors: np.ndarray) -> tuple[Descriptor, dict[str, np.ndarray]
     return window_descriptor(gem_vectors), {BASIS_KEY: basis}
 
 
-def build_model(
-    name: str,
-    min_depth: float,
-    max_depth: float,
-    weights: str = "",
-    *,
-    warn: Callable[[str], object] | None = None,
-) -> DepthModel:
-    """The model of ``weights``' card with the weights loaded; without weights (or for a file
-    without a card) the registry model ``name`` with that depth range. When a card and the
-    parameters disagree, the card wins and ``warn`` says so."""
-    card = read_card(weights) if weights else None
-    if card is not None:
-        model = card.build()
-        given = ModelCard(model=name, min_depth=min_depth, max_depth=max_depth)
-        diff = [d for d in card.differences(given) if d != "config"]
-        if diff and warn is not None:
-            warn(
-                f"weights {weights} are {card.describe()}: building that model "
-                f"(its card wins over the model/min_depth/max_depth parameters: {', '.join(diff)})"
-            )
-    else:
-        model = create_model(name, min_depth=min_depth, max_depth=max_depth)
-    if weights:
-        load_weights(model, weights)
+def model_from_weights(weights: str) -> DepthModel:
+    """The model ``weights``' card describes, with the weights loaded (one-line ValueError for a
+    file without a card: there is no model or depth range parameter to fall back on)."""
+    card = read_card(weights)
+    if card is None:
+        raise ValueError(
+            f"weights {weights} have no model card, so the node cannot tell which model they "
+            "are: re-save them with fedepth.models.save_weights (fedepth pretrain does)"
+        )
+    model = card.build()
+    load_weights(model, weights)
     assert isinstance(model, DepthModel)
     return model
+
+
+def model_from_card(card_json: str | None, source: str) -> DepthModel:
+    """A fresh model as the served card (JSON) describes it; ValueError without a card."""
+    if not card_json:
+        raise ValueError(
+            f"{source} serves a model without a card (the synthetic test model): no depth "
+            "network can be built from it; serve a registry model (model.name) or set weights"
+        )
+    model = ModelCard.from_json(card_json, source).build()
+    assert isinstance(model, DepthModel)
+    return model
+
+
+def check_served(model: DepthModel, card_json: str | None, source: str) -> None:
+    """Raise a one-line ValueError unless ``model`` is the one ``source`` serves."""
+    mine = card_of(model)
+    if not card_json:
+        raise ValueError(
+            f"the local model is {mine.describe()}, but {source} serves a model without a card"
+        )
+    served = ModelCard.from_json(card_json, source)
+    diff = served.differences(mine)
+    if diff:
+        raise ValueError(
+            f"the local model is {mine.describe()}, but {source} serves {served.describe()} "
+            f"(differs in {', '.join(diff)})"
+        )
 
 
 def set_threads(threads: int) -> int:
@@ -146,6 +160,8 @@ class LearnerState:
 class BufferLearner:
     """One robot's client side: descriptor and local rounds on the frames of a buffer.
 
+    ``model`` may be None until the coordinator's card is known (:meth:`set_model`).
+
     ``warn`` receives the one warning a learner gives when a coordinator sends no recipe
     (default: this module's logger; ``robot_node`` passes its ROS logger).
     """
@@ -153,7 +169,7 @@ class BufferLearner:
     def __init__(
         self,
         robot_id: str,
-        model: DepthModel,
+        model: DepthModel | None,
         buffer: FrameBuffer,
         config: LearnerConfig,
         *,
@@ -171,6 +187,14 @@ class BufferLearner:
         self._rng = np.random.default_rng(config.seed)
         self._warn = warn or log.warning
         self._warned = False
+
+    def set_model(self, model: DepthModel) -> None:
+        self.model = model
+
+    def _model(self) -> DepthModel:
+        if self.model is None:
+            raise ValueError("no model yet: the served model's card has not arrived")
+        return self.model
 
     @property
     def state(self) -> LearnerState:
@@ -200,9 +224,9 @@ class BufferLearner:
         def to_tensor(frame: Frame) -> torch.Tensor:
             return resize_frame(frame, size)[0] if size else image_to_tensor(frame.rgb)
 
-        self.model.to(self.device)
+        model = self._model().to(self.device)
         extractor = DescriptorExtractor(
-            self.model.forward_features,
+            model.forward_features,
             num_frames=len(frames),
             seed=self.config.seed,
             device=self.device,
@@ -231,7 +255,7 @@ class BufferLearner:
                     f"{fallback.image_size[0]}x{fallback.image_size[1]})"
                 )
         result = train_round(
-            self.model,
+            self._model(),
             task,
             frames,
             cid=self.robot_id,

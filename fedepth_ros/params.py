@@ -32,13 +32,11 @@ ROBOT_NODE: ParamSpec = {
     "coordinator": ("localhost:50051", "host:port of the fedepth coordinator (gRPC)"),
     "token_file": ("", "file holding this robot's credential token ('' = none)"),
     "tls_ca_file": ("", "PEM CA certificate of a TLS coordinator ('' = plaintext)"),
-    "model": (
-        "regression-lite",
-        "fedepth.models registry name, for weights without a model card (a card wins)",
+    "weights": (
+        "",
+        "initial safetensors weights with a model card, declared at Register ('' = build the "
+        "model the coordinator's card names)",
     ),
-    "weights": ("", "initial safetensors weights ('' = the coordinator's model)"),
-    "min_depth": (0.001, "metres, for weights without a model card (a card wins)"),
-    "max_depth": (10.0, "metres, for weights without a model card (a card wins)"),
     "threads": (0, "torch CPU threads, set before the first forward (0 = torch's default)"),
     "buffer_size": (256, "frames kept in memory (drop-oldest)"),
     "frame_stride": (3, "keep every n-th synchronized frame"),
@@ -68,19 +66,14 @@ ROBOT_NODE: ParamSpec = {
 
 DEPTH_NODE: ParamSpec = {
     "robot_id": ("robot1", "principal whose credentials the node routes with"),
-    "model": (
-        "regression-lite",
-        "fedepth.models registry name, for weights without a model card (a card wins)",
-    ),
     "weights": (
         "",
-        "local safetensors weights: used alone when coordinator is '', and until routed",
+        "local safetensors weights with a model card: used alone when coordinator is '', and "
+        "until routed ('' = build the model the coordinator's card names)",
     ),
     "coordinator": ("localhost:50051", "host:port of the coordinator ('' = local weights only)"),
     "token_file": ("", "file holding the credential token ('' = none)"),
     "tls_ca_file": ("", "PEM CA certificate of a TLS coordinator ('' = plaintext)"),
-    "min_depth": (0.001, "metres, for weights without a model card (a card wins)"),
-    "max_depth": (10.0, "metres, for weights without a model card (a card wins)"),
     "descriptor_frames": (16, "first n frames whose descriptor is routed"),
     "device": ("auto", "auto | cpu | cuda | cuda:N"),
     "threads": (1, "torch CPU threads, set before the first forward (0 = torch's default)"),

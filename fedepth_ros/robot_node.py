@@ -32,11 +32,19 @@ from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
 
 from fedepth.data.sequence import Frame
+from fedepth.models import card_of
 from fedepth.strategies import ClientUpdate, TrainTask
 from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient
 from fedepth_coordinator.robot import RobotProfile, run_robot
 from fedepth_ros import conversions as cv
-from fedepth_ros.learner import BufferLearner, LearnerConfig, build_model, set_threads
+from fedepth_ros.learner import (
+    BufferLearner,
+    LearnerConfig,
+    check_served,
+    model_from_card,
+    model_from_weights,
+    set_threads,
+)
 from fedepth_ros.node_common import NodeConfigError, WorkerNode, connect, run_node
 from fedepth_ros.params import ROBOT_NODE, declare_parameters
 from fedepth_ros.sync import FrameBuffer, Pair, PairSync
@@ -79,13 +87,8 @@ class RobotNode(WorkerNode):
                 round(float(p["sync_slop"]) * 1e9), int(p["sync_queue_size"])
             )
             self.threads = set_threads(int(p["threads"]))
-            model = build_model(
-                str(p["model"]),
-                float(p["min_depth"]),
-                float(p["max_depth"]),
-                str(p["weights"]),
-                warn=self.get_logger().warning,
-            )
+            # the model of the weights' card; without weights, built from the served card
+            model = model_from_weights(str(p["weights"])) if p["weights"] else None
             self.learner = BufferLearner(
                 self.robot_id,
                 model,
@@ -198,8 +201,6 @@ class RobotNode(WorkerNode):
             while not self.buffer.wait_for(need, timeout=0.5):
                 if self.stop.is_set():
                     return
-            descriptor = self.learner.descriptor()
-            log.info(f"descriptor of {descriptor.num_frames} frames (dim {descriptor.dim})")
             p = self.params
             client = connect(
                 str(p["coordinator"]), self.robot_id, str(p["token_file"]), str(p["tls_ca_file"])
@@ -209,11 +210,18 @@ class RobotNode(WorkerNode):
                     client.close()
                     return
                 self._client = client
+            num_samples, labels = len(self.buffer), {"source": "ros"}
+            card = self._join_model(client, num_samples, labels)
+            if card is None:
+                return  # stopped while waiting for the coordinator
+            descriptor = self.learner.descriptor()
+            log.info(f"descriptor of {descriptor.num_frames} frames (dim {descriptor.dim})")
             profile = RobotProfile(
-                num_samples=len(self.buffer),
+                num_samples=num_samples,
                 descriptor=descriptor,
-                labels={"source": "ros"},
+                labels=labels,
                 summaries=self.learner.summaries,
+                model_card=card,
             )
             try:
                 report = run_robot(client, profile, self._train, stop=self.stop, poll_s=POLL_S)
@@ -234,6 +242,42 @@ class RobotNode(WorkerNode):
             self.error = f"{type(exc).__name__}: {exc}"
             self.learner.set_phase("error")
             log.error(f"worker failed: {self.error}")
+
+    def _join_model(
+        self, client: CoordinatorClient, num_samples: int, labels: dict[str, str]
+    ) -> str | None:
+        """Register (declaring the local weights' card, if any; the coordinator refuses a
+        model that cannot take its weights) and, without weights, build the served model
+        from the card in the reply. Returns the card this robot declares from now on (None:
+        stopped). Waits for a coordinator that is down, saying so."""
+        log = self.get_logger()
+        own = self.learner.model
+        declared = None if own is None else card_of(own).to_json()
+        backoff = 0.5
+        while True:
+            try:
+                reg = client.register(num_samples, labels, model_card=declared)
+                break
+            except CoordinatorCallError as exc:
+                if not exc.retryable or self.stop.is_set():
+                    raise
+                self.learner.set_phase("waiting for the coordinator")
+                log.warning(
+                    f"coordinator {self.params['coordinator']}: {exc}; retrying",
+                    throttle_duration_sec=30.0,
+                )
+            if self.stop.wait(backoff):
+                return None
+            backoff = min(10.0, backoff * 2)
+        source = f"the coordinator {self.params['coordinator']}"
+        if own is None:
+            model = model_from_card(reg.model_card, source)
+            self.learner.set_model(model)
+            log.info(f"built the served model: {card_of(model).describe()}")
+            return card_of(model).to_json()
+        check_served(own, reg.model_card, source)  # the coordinator checks too; older ones not
+        assert declared is not None
+        return declared
 
     def _train(self, rnd: int, task: TrainTask) -> ClientUpdate:
         self.get_logger().info(f"round {rnd}: training on {len(self.buffer)} frames")
@@ -307,6 +351,10 @@ class RobotNode(WorkerNode):
                 return DiagnosticStatus.WARN, (
                     "image and depth never pair: their stamps differ by more than sync_slop"
                 )
+        if status["phase"] == "waiting for the coordinator":
+            return DiagnosticStatus.WARN, (
+                f"waiting for the coordinator {self.params['coordinator']} (not reachable)"
+            )
         if status["phase"] == "buffering":
             return DiagnosticStatus.OK, (
                 f"buffering frames ({status['buffer']['size']}/"

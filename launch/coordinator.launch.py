@@ -1,16 +1,18 @@
-"""Launch the fedepth coordinator (gRPC service) as a process next to the ROS graph."""
+"""Launch the fedepth coordinator (gRPC service) as a process next to the ROS graph.
+
+The coordinator is not a ROS node (no --ros-args): it runs as a process, started from the
+package's installed executable, <prefix>/lib/fedepth_ros/fedepth-coordinator (where colcon puts
+every console script of this package, and where `ros2 run fedepth_ros fedepth-coordinator`
+finds it), not from PATH.
+"""
 
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, ExecuteProcess
-from launch.substitutions import (
-    EnvironmentVariable,
-    FindExecutable,
-    LaunchConfiguration,
-    PathJoinSubstitution,
-)
-from launch_ros.substitutions import FindPackageShare
+from launch.substitutions import EnvironmentVariable, LaunchConfiguration, PathJoinSubstitution
+from launch_ros.substitutions import FindPackagePrefix, FindPackageShare
 
 PACKAGE = "fedepth_ros"
+EXECUTABLE = "fedepth-coordinator"
 
 
 def generate_launch_description() -> LaunchDescription:
@@ -34,7 +36,7 @@ def generate_launch_description() -> LaunchDescription:
     coordinator = ExecuteProcess(
         name="coordinator",
         cmd=[
-            FindExecutable(name="fedepth-coordinator"),
+            PathJoinSubstitution([FindPackagePrefix(PACKAGE), "lib", PACKAGE, EXECUTABLE]),
             "--config",
             LaunchConfiguration("config"),
             "--port",

@@ -6,12 +6,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 
-from fedepth.models import ModelCard, create_model, get_state, save_state, save_weights
+from fedepth.models import ModelCard, card_of, create_model, get_state, save_state, save_weights
 from fedepth_coordinator import serde
-from fedepth_coordinator.client import CoordinatorClient
+from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient
 from fedepth_coordinator.config import ConfigError, CoordinatorConfig, ModelConfig
 from fedepth_coordinator.domain import ModelHeader
 from fedepth_coordinator.server import initial_model, running
@@ -86,3 +87,48 @@ def test_robots_download_the_card_of_a_served_network(
     assert got.card.input_size == tuple(config.training.image_size)
     model = got.card.build()
     assert set(got.task.state) == set(get_state(model))
+
+
+def test_register_refuses_a_robot_whose_model_cannot_take_the_served_weights(
+    config_factory: Callable[..., CoordinatorConfig],
+    connect: Callable[..., CoordinatorClient],
+) -> None:
+    config = config_factory(model={"name": "regression-lite", "max_depth": 40.0})
+    served = card_of(create_model("regression-lite", max_depth=40.0))
+    other_net = card_of(create_model("newcrfs-lite", max_depth=40.0))
+    other_range = card_of(create_model("regression-lite", max_depth=10.0))
+    with running(config) as server:
+        robot = connect(server.port, "robot-000")
+        for declared, differs in ((other_net, "model"), (other_range, "max_depth")):
+            with pytest.raises(CoordinatorCallError) as info:
+                robot.register(10, model_card=declared.to_json())
+            assert info.value.code is grpc.StatusCode.FAILED_PRECONDITION
+            # one message naming both sides and what differs
+            assert declared.describe() in info.value.details
+            assert "serves regression-lite, depth 0.001-40 m" in info.value.details
+            assert f"differs in {differs}" in info.value.details
+        assert connect(server.port, "ops").fleet_status().robots == ()  # nothing recorded
+        # the same model is taken, and no card at all means "whatever is served"
+        reg = robot.register(10, model_card=served.to_json())
+        assert reg.model_card is not None
+        assert ModelCard.from_json(reg.model_card).differences(served) == []
+        other = connect(server.port, "robot-001").register(10)
+        assert other.model_card == reg.model_card
+        status = connect(server.port, "ops").fleet_status()
+        assert {r.robot_id for r in status.robots} == {"robot-000", "robot-001"}
+        assert status.model_card == reg.model_card
+        with pytest.raises(CoordinatorCallError) as bad:
+            robot.register(10, model_card="{not json")
+        assert bad.value.code is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_register_refuses_a_declared_model_when_only_a_synthetic_one_is_served(
+    server: Any, connect: Callable[..., CoordinatorClient]
+) -> None:
+    robot = connect(server.port, "robot-000")
+    card = card_of(create_model("regression-lite"))
+    with pytest.raises(CoordinatorCallError) as info:
+        robot.register(10, model_card=card.to_json())
+    assert info.value.code is grpc.StatusCode.FAILED_PRECONDITION
+    assert "without a card" in info.value.details and card.describe() in info.value.details
+    assert robot.register(10).model_card is None

@@ -135,3 +135,35 @@ def test_from_sequence_errors_name_the_problem(
     assert main([*argv, "--out", str(tmp_path / "c"), "--no-progress"]) == 2
     assert "x_data.h5" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()
+
+
+def test_from_m3ed_records_the_split_and_bag_info_shows_it(
+    smoke_hpe: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = smoke_hpe / "train" / "spot_forest_easy_1_data.h5"
+    name = "spot_forest_easy_1"
+    cases: dict[str, tuple[list[str], dict[str, Any] | None, str]] = {
+        "given": (["--split", "test"], None, "test"),
+        "manifest": ([], {"sequences": [{"name": name, "split": "pretrain"}]}, "pretrain"),
+        "unknown": ([], None, "train"),
+    }
+    for case, (extra, manifest, split) in cases.items():
+        folder = tmp_path / case
+        folder.mkdir()
+        for suffix in ("_data.h5", "_depth_gt.h5"):
+            (folder / f"{name}{suffix}").write_bytes(src.with_name(f"{name}{suffix}").read_bytes())
+        if manifest is not None:
+            (folder / "manifest.json").write_text(json.dumps(manifest))
+        out = tmp_path / f"{case}_bag"
+        argv = ["bag", "from-m3ed", "--data", str(folder / f"{name}_data.h5")]
+        argv += ["--depth-gt", str(folder / f"{name}_depth_gt.h5"), "--out", str(out)]
+        assert main([*argv, *extra, "--no-progress"]) == 0
+        err = capsys.readouterr().err
+        assert f"fedepth.split: {split}" in (out / "metadata.yaml").read_text(), case
+        # only a guessed split says so
+        assert ("recorded as train; pass --split test" in err) == (case == "unknown"), err
+        assert main(["bag", "info", str(out)]) == 0
+        text = capsys.readouterr().out
+        assert "metadata:" in text and f"  fedepth.split: {split}" in text, text
+        assert main(["bag", "info", str(out), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["metadata"]["fedepth.split"] == split

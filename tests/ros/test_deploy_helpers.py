@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedepth.models import create_model, save_weights
+from fedepth.models import card_of, create_model, get_state, save_state, save_weights
 from fedepth_ros import conversions as cv
-from fedepth_ros.learner import build_model, set_threads
+from fedepth_ros.learner import check_served, model_from_card, model_from_weights, set_threads
 from fedepth_ros.node_common import empty_parameter_message
 
 
@@ -35,6 +35,21 @@ def test_threads_and_card_first_models(tmp_path: Path) -> None:
         set_threads(-1)
     path = tmp_path / "w.safetensors"
     save_weights(create_model("regression-lite", max_depth=80.0), path)
-    warned: list[str] = []
-    model = build_model("regression-lite", 0.001, 10.0, str(path), warn=warned.append)
-    assert model.max_depth == 80.0 and warned and "card wins" in warned[0]
+    model = model_from_weights(str(path))  # the card says what the model is
+    assert model.model_name == "regression-lite" and model.max_depth == 80.0
+    bare = tmp_path / "bare.safetensors"  # no card: nothing to build it from
+    save_state(bare, get_state(create_model("regression-lite")))
+    with pytest.raises(ValueError, match="no model card"):
+        model_from_weights(str(bare))
+    served = card_of(create_model("newcrfs-lite", max_depth=20.0)).to_json()
+    built = model_from_card(served, "the coordinator x")
+    assert built.model_name == "newcrfs-lite" and built.max_depth == 20.0
+    check_served(built, served, "the coordinator x")  # the same model: no error
+    with pytest.raises(
+        ValueError, match=r"regression-lite.*serves newcrfs-lite.*differs in model"
+    ):
+        check_served(model, served, "the coordinator x")
+    with pytest.raises(ValueError, match="without a card"):
+        model_from_card(None, "the coordinator x")
+    with pytest.raises(ValueError, match="without a card"):
+        check_served(model, None, "the coordinator x")

@@ -163,10 +163,8 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
     ops = CoordinatorClient(open_channel(address), "ops", ops_token, wait_for_ready=True)
     try:
         common = {
+            # no weights: both nodes build the model the coordinator's card names
             "coordinator": address,
-            "model": "regression-lite",
-            "min_depth": MIN_DEPTH,
-            "max_depth": MAX_DEPTH,
             "device": "cpu",
         }
         for ns, (principal, _) in ROBOTS.items():

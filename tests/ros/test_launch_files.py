@@ -133,10 +133,17 @@ def test_nodes_and_processes_name_known_executables(name: str) -> None:
         cmd = _kw(call, "cmd")
         assert isinstance(cmd, ast.List) and cmd.elts, f"{name}: ExecuteProcess without cmd list"
         first = cmd.elts[0]
-        if isinstance(first, ast.Call) and _name(first.func) == "FindExecutable":
-            exe = _str(_kw(first, "name"))
-        else:
-            exe = _str(first)
+        # the package's installed executable, never one found on PATH (FindExecutable)
+        assert isinstance(first, ast.Call) and _name(first.func) == "PathJoinSubstitution", (
+            f"{name}: ExecuteProcess must run <package prefix>/lib/<package>/<executable>"
+        )
+        parts = first.args[0]
+        assert isinstance(parts, ast.List) and len(parts.elts) == 4
+        prefix, lib, package, exe_node = parts.elts
+        assert isinstance(prefix, ast.Call) and _name(prefix.func) == "FindPackagePrefix"
+        assert model.value(prefix.args[0]) == _package_name()
+        assert (_str(lib), model.value(package)) == ("lib", _package_name())
+        exe = model.value(exe_node)
         assert exe in known, f"{name}: ExecuteProcess runs unknown executable {exe!r}"
 
 
@@ -154,8 +161,8 @@ def test_launch_arguments_are_declared_and_described(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_share_files_exist(name: str) -> None:
     for parts in MODELS[name].share_paths:
-        if not parts:
-            continue
+        if not parts or parts[0] == "lib":
+            continue  # an installed executable (test_colcon_install resolves those)
         if parts[0] == "config" and len(parts) == 2:
             assert (ROOT / "config" / parts[1]).is_file(), (
                 f"{name}: config/{parts[1]} does not exist"

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fedepth.data.sequence import Frame, Sequence, SequenceMeta
-from fedepth.models import get_state
+from fedepth.models import create_model, get_state
 from fedepth.recipe import TrainRecipe
 from fedepth.sim import ClientJob, SimConfig, run_job
 from fedepth.strategies import TrainTask
@@ -21,7 +21,6 @@ from fedepth_ros.learner import (
     BufferLearner,
     DepthPredictor,
     LearnerConfig,
-    build_model,
     resolve_device,
 )
 from fedepth_ros.sync import FrameBuffer
@@ -57,7 +56,7 @@ def test_resolve_device() -> None:
 
 
 def test_learner_descriptor_and_rounds_with_a_client_hook(tmp_path: Path) -> None:
-    model = build_model("regression-lite", 0.1, 10.0)
+    model = create_model("regression-lite", min_depth=0.1, max_depth=10.0)
     initial = get_state(model)
     with FrameBuffer(4, spill_dir=tmp_path / "spill", spill_capacity=4) as buffer:
         for f in frames(8):
@@ -120,7 +119,7 @@ def test_the_learner_and_the_simulation_give_identical_weights(tmp_path: Path) -
     )
     data = frames(7)
     cid = "robot-x"
-    model = build_model("regression-lite", 0.1, 10.0)
+    model = create_model("regression-lite", min_depth=0.1, max_depth=10.0)
     state = get_state(model)
     sim_config = SimConfig(model="regression-lite", min_depth=0.1, max_depth=10.0)
     sim_model = sim_config.build_model()
@@ -148,7 +147,7 @@ def test_the_learner_and_the_simulation_give_identical_weights(tmp_path: Path) -
 
 
 def test_the_coordinators_recipe_wins_and_the_fallback_warns_once() -> None:
-    model = build_model("regression-lite", 0.1, 10.0)
+    model = create_model("regression-lite", min_depth=0.1, max_depth=10.0)
     initial = get_state(model)
     with FrameBuffer(8) as buffer:
         for f in frames(5):
@@ -174,7 +173,9 @@ def test_the_coordinators_recipe_wins_and_the_fallback_warns_once() -> None:
 
 
 def test_predictor_clips_to_the_depth_range_and_keeps_nan_for_invalid() -> None:
-    predictor = DepthPredictor(build_model("regression-lite", 0.5, 2.0), resolve_device("cpu"))
+    predictor = DepthPredictor(
+        create_model("regression-lite", min_depth=0.5, max_depth=2.0), resolve_device("cpu")
+    )
     depth = predictor.predict(frames(1)[0].rgb)
     assert depth.shape == (24, 32) and depth.dtype == np.float32
     assert np.isfinite(depth).all() and depth.min() >= 0.5 and depth.max() <= 2.0

@@ -66,7 +66,7 @@ class Descriptor(_message.Message):
     def __init__(self, mean: _Optional[_Iterable[float]] = ..., var: _Optional[_Iterable[float]] = ..., num_frames: _Optional[int] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("robot_id", "num_samples", "labels")
+    __slots__ = ("robot_id", "num_samples", "labels", "model_card")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -77,18 +77,22 @@ class RegisterRequest(_message.Message):
     ROBOT_ID_FIELD_NUMBER: _ClassVar[int]
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CARD_FIELD_NUMBER: _ClassVar[int]
     robot_id: str
     num_samples: int
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, robot_id: _Optional[str] = ..., num_samples: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    model_card: str
+    def __init__(self, robot_id: _Optional[str] = ..., num_samples: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., model_card: _Optional[str] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
-    __slots__ = ("phase", "member")
+    __slots__ = ("phase", "member", "model_card")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     MEMBER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CARD_FIELD_NUMBER: _ClassVar[int]
     phase: Phase
     member: bool
-    def __init__(self, phase: _Optional[_Union[Phase, str]] = ..., member: _Optional[bool] = ...) -> None: ...
+    model_card: str
+    def __init__(self, phase: _Optional[_Union[Phase, str]] = ..., member: _Optional[bool] = ..., model_card: _Optional[str] = ...) -> None: ...
 
 class UploadDescriptorRequest(_message.Message):
     __slots__ = ("robot_id", "descriptor", "summaries")
@@ -375,7 +379,7 @@ class RoundSummary(_message.Message):
     def __init__(self, round: _Optional[int] = ..., selected: _Optional[int] = ..., accepted: _Optional[int] = ..., duration_s: _Optional[float] = ..., closed_by: _Optional[str] = ...) -> None: ...
 
 class FleetStatus(_message.Message):
-    __slots__ = ("phase", "strategy", "round", "num_rounds", "min_robots", "deadline_unix", "quorum", "robots", "history")
+    __slots__ = ("phase", "strategy", "round", "num_rounds", "min_robots", "deadline_unix", "quorum", "robots", "history", "model_card")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -385,6 +389,7 @@ class FleetStatus(_message.Message):
     QUORUM_FIELD_NUMBER: _ClassVar[int]
     ROBOTS_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CARD_FIELD_NUMBER: _ClassVar[int]
     phase: Phase
     strategy: str
     round: int
@@ -394,4 +399,5 @@ class FleetStatus(_message.Message):
     quorum: int
     robots: _containers.RepeatedCompositeFieldContainer[RobotStatus]
     history: _containers.RepeatedCompositeFieldContainer[RoundSummary]
-    def __init__(self, phase: _Optional[_Union[Phase, str]] = ..., strategy: _Optional[str] = ..., round: _Optional[int] = ..., num_rounds: _Optional[int] = ..., min_robots: _Optional[int] = ..., deadline_unix: _Optional[float] = ..., quorum: _Optional[int] = ..., robots: _Optional[_Iterable[_Union[RobotStatus, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[RoundSummary, _Mapping]]] = ...) -> None: ...
+    model_card: str
+    def __init__(self, phase: _Optional[_Union[Phase, str]] = ..., strategy: _Optional[str] = ..., round: _Optional[int] = ..., num_rounds: _Optional[int] = ..., min_robots: _Optional[int] = ..., deadline_unix: _Optional[float] = ..., quorum: _Optional[int] = ..., robots: _Optional[_Iterable[_Union[RobotStatus, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[RoundSummary, _Mapping]]] = ..., model_card: _Optional[str] = ...) -> None: ...
