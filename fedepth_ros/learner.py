@@ -23,7 +23,7 @@ from fedepth.clustering import subspace_basis
 from fedepth.data.sequence import Frame
 from fedepth.data.torchdata import resize_frame
 from fedepth.descriptor import Descriptor, DescriptorExtractor, image_to_tensor
-from fedepth.models import DepthModel, ModelCard, card_of, load_weights, read_card, set_state
+from fedepth.models import DepthModel, ModelCard, card_of, load_model, read_card, set_state
 from fedepth.recipe import TrainRecipe
 from fedepth.strategies import ClientUpdate, TrainTask
 from fedepth.strategies.aggregate import State
@@ -60,14 +60,12 @@ def describe(gem_vectors: np.ndarray) -> tuple[Descriptor, dict[str, np.ndarray]
 def model_from_weights(weights: str) -> DepthModel:
     """The model ``weights``' card describes, with the weights loaded (one-line ValueError for a
     file without a card: there is no model or depth range parameter to fall back on)."""
-    card = read_card(weights)
-    if card is None:
+    if read_card(weights) is None:
         raise ValueError(
             f"weights {weights} have no model card, so the node cannot tell which model they "
             "are: re-save them with fedepth.models.save_weights (fedepth pretrain does)"
         )
-    model = card.build()
-    load_weights(model, weights)
+    model = load_model(weights)
     assert isinstance(model, DepthModel)
     return model
 
