@@ -99,6 +99,16 @@ class World:
         receipt = self.clients[A].upload_update(0, self.update(A))
         assert receipt.accepted == expected_accepted
 
+    def refused(
+        self, err: grpc.RpcError, code: grpc.StatusCode, says: str, before: tuple[Any, ...]
+    ) -> None:
+        """The attack got ``code`` with ``says`` in its details, left the state as ``before``
+        and honest robots are still served."""
+        assert err.code() == code, err.details()
+        assert says in (err.details() or "")
+        assert self.snapshot() == before
+        self.honest_robots_are_served()
+
 
 @pytest.fixture
 def world_factory(
@@ -181,10 +191,7 @@ def test_inflated_sample_count_is_rejected_in_strict_mode(
     world = world_factory(validation={"sample_weights": "strict"})
     before = world.snapshot()
     err = _rejected(lambda: world.upload_raw(world.update(), num_samples=10**12))
-    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
-    assert "registered" in (err.details() or "")
-    assert world.snapshot() == before
-    world.honest_robots_are_served()
+    world.refused(err, grpc.StatusCode.INVALID_ARGUMENT, "registered", before)
     world.upload_raw(world.update())  # the honest count is accepted
 
 
@@ -255,10 +262,7 @@ def test_first_descriptor_of_another_dimension_does_not_fix_the_fleets(
             timeout=20,
         )
     )
-    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
-    assert "the fleet's have 8" in (err.details() or "")
-    assert world.snapshot() == before
-    world.honest_robots_are_served()
+    world.refused(err, grpc.StatusCode.INVALID_ARGUMENT, "the fleet's have 8", before)
 
 
 def test_configured_descriptor_dimension_rejects_any_other(
@@ -363,10 +367,7 @@ def test_retry_while_the_first_upload_streams_is_aborted_not_already_exists(
         time.sleep(0.02)
     before = world.snapshot()
     err = _rejected(lambda: world.upload_raw(update))
-    assert err.code() == grpc.StatusCode.ABORTED, err.details()
-    assert "still in progress" in (err.details() or "")
-    assert world.snapshot() == before
-    world.honest_robots_are_served()
+    world.refused(err, grpc.StatusCode.ABORTED, "still in progress", before)
     release.set()
     assert first.result(timeout=20).accepted == 2
     err = _rejected(lambda: world.upload_raw(update))
@@ -456,10 +457,7 @@ def test_one_robot_cannot_hold_every_transfer_slot(world_factory: Callable[..., 
     held = [_download_header_only(world, B) for _ in range(2)]
     before = world.snapshot()
     err = _rejected(lambda: _download_header_only(world, B))
-    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.details()
-    assert "max_transfers_per_robot" in (err.details() or "")
-    assert world.snapshot() == before
-    world.honest_robots_are_served()
+    world.refused(err, grpc.StatusCode.RESOURCE_EXHAUSTED, "max_transfers_per_robot", before)
     for call in held:
         call.cancel()
     deadline = time.monotonic() + 10
@@ -743,10 +741,7 @@ def test_route_summaries_obey_max_summary_bytes(world_factory: Callable[..., Wor
             )
         )
     )
-    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.details()
-    assert "validation.max_summary_bytes" in (err.details() or "")
-    assert world.snapshot() == before
-    world.honest_robots_are_served()
+    world.refused(err, grpc.StatusCode.RESOURCE_EXHAUSTED, "validation.max_summary_bytes", before)
 
 
 def test_attacker_sized_ids_are_bounded_in_replies_and_logs(
