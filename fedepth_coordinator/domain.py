@@ -39,6 +39,9 @@ class Registration:
     member: bool
     #: the served model's card as JSON (``fedepth.models.ModelCard``); None: no card
     model_card: str | None = None
+    #: the data summaries the served strategy needs (``Strategy.client_summaries``): a robot
+    #: sends these with its descriptor and no others
+    summaries: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

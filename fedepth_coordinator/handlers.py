@@ -189,8 +189,11 @@ class Coordinator:
         self._transfers = threading.BoundedSemaphore(config.server.max_transfers)
         #: weight streams each principal has open (server.max_transfers_per_robot)
         self._streams: Counter[str] = Counter()
-        if config.validation.robust_aggregation != "mean":
-            self._new_strategy()  # a strategy that cannot take the rule: refuse to start now
+        # built once now: a strategy that cannot take the configured rule refuses to start,
+        # and robots learn at Register which data summaries it needs (and send no others)
+        probe = self._new_strategy()
+        self.summaries_wanted = probe.client_summaries
+        self._strategy_name = probe.name
         self._restore()
 
     # -- start-up ----------------------------------------------------------------------------
@@ -500,7 +503,9 @@ class Coordinator:
                 self._after_fleet_change(robot_id)
         self._form_fleet()  # outside the lock: formation work may be long
         with self._cond:
-            return Registration(self.phase, robot_id in self._member_set, self.model_card)
+            return Registration(
+                self.phase, robot_id in self._member_set, self.model_card, self.summaries_wanted
+            )
 
     def _check_model_card(self, robot_id: str, declared_json: str) -> None:
         """Refuse a robot whose declared model cannot take the served weights."""
@@ -534,6 +539,15 @@ class Coordinator:
     ) -> DescriptorAck:
         self._check_caller(caller, robot_id)
         self._check_summary_values(summaries)
+        missing = [k for k in self.summaries_wanted if k not in summaries]
+        if missing:
+            raise InvalidArgumentError(
+                f"strategy {self._strategy_name} needs the summaries {missing} with the "
+                "descriptor (RegisterReply.summaries)"
+            )
+        # what the strategy did not ask for is not kept: the coordinator stores no more of a
+        # robot's data than its algorithm uses
+        summaries = {k: v for k, v in summaries.items() if k in self.summaries_wanted}
         with self._cond:
             old = self._robot(robot_id)
             self._touch(robot_id)

@@ -79,10 +79,12 @@ class RobotLoop:
         self.report = RobotReport()
 
     def join(self) -> None:
-        """Register and send the descriptor (again after an outage: idempotent)."""
+        """Register and send the descriptor (again after an outage: idempotent), with only
+        the data summaries the coordinator's strategy asked for at Register."""
         p = self.profile
-        self.client.register(p.num_samples, p.labels, model_card=p.model_card)
-        self.client.upload_descriptor(p.descriptor, p.summaries)
+        reg = self.client.register(p.num_samples, p.labels, model_card=p.model_card)
+        wanted = {k: v for k, v in p.summaries.items() if k in reg.summaries}
+        self.client.upload_descriptor(p.descriptor, wanted)
 
     def _retrying(self, step: Callable[[], T]) -> T:
         """Run a step; on a retryable error wait (backoff) and re-join, for ``retry_for_s``."""

@@ -178,11 +178,18 @@ def recipe_from_pb(msg: pb.TrainRecipe) -> TrainRecipe:
 
 # -- answers ------------------------------------------------------------------------------------
 def registration_to_pb(r: Registration) -> pb.RegisterReply:
-    return pb.RegisterReply(phase=_PHASES[r.phase], member=r.member, model_card=r.model_card or "")
+    return pb.RegisterReply(
+        phase=_PHASES[r.phase],
+        member=r.member,
+        model_card=r.model_card or "",
+        summaries=list(r.summaries),
+    )
 
 
 def registration_from_pb(msg: pb.RegisterReply) -> Registration:
-    return Registration(_phase(msg.phase), msg.member, msg.model_card or None)
+    return Registration(
+        _phase(msg.phase), msg.member, msg.model_card or None, tuple(msg.summaries)
+    )
 
 
 def ack_to_pb(a: DescriptorAck) -> pb.UploadDescriptorReply:

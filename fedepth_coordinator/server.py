@@ -10,7 +10,7 @@ import ipaddress
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -169,7 +169,10 @@ class CoordinatorServer:
         store: Store | None = None,
         clock: Callable[[], float] = time.time,
         strategy_factory: Callable[[], Strategy] | None = None,
+        interceptors: Sequence[grpc.ServerInterceptor] = (),
     ) -> None:
+        """``interceptors`` run after authentication and the per-robot call limit (metrics,
+        audit logs: they see only verified principals' calls)."""
         self.config = config
         state_dir = Path(config.state.dir)
         self.store = store or open_store(config.state.backend, state_dir)
@@ -210,6 +213,7 @@ class CoordinatorServer:
                     and config.tls.bind_principal,
                 ),
                 self.call_limit,
+                *interceptors,
             ],
             options=[
                 ("grpc.max_receive_message_length", limit),
@@ -299,9 +303,16 @@ def running(
     store: Store | None = None,
     clock: Callable[[], float] = time.time,
     strategy_factory: Callable[[], Strategy] | None = None,
+    interceptors: Sequence[grpc.ServerInterceptor] = (),
 ) -> Iterator[CoordinatorServer]:
     """A started :class:`CoordinatorServer`, stopped on exit."""
-    server = CoordinatorServer(config, store=store, clock=clock, strategy_factory=strategy_factory)
+    server = CoordinatorServer(
+        config,
+        store=store,
+        clock=clock,
+        strategy_factory=strategy_factory,
+        interceptors=interceptors,
+    )
     server.start()
     try:
         yield server

@@ -32,6 +32,12 @@ ROBOT_NODE: ParamSpec = {
     "coordinator": ("localhost:50051", "host:port of the fedepth coordinator (gRPC)"),
     "token_file": ("", "file holding this robot's credential token ('' = none)"),
     "tls_ca_file": ("", "PEM CA certificate of a TLS coordinator ('' = plaintext)"),
+    "platform": (
+        "",
+        "label sent at Register, e.g. car, spot, falcon (the label-grouping baselines use it; "
+        "'' = not sent)",
+    ),
+    "environment": ("", "label sent at Register, e.g. urban, forest, indoor ('' = not sent)"),
     "weights": (
         "",
         "initial safetensors weights with a model card, declared at Register ('' = build the "

@@ -210,7 +210,9 @@ class RobotNode(WorkerNode):
                     client.close()
                     return
                 self._client = client
-            num_samples, labels = len(self.buffer), {"source": "ros"}
+            num_samples = len(self.buffer)
+            # only what the operator declared: the robot sends no label of its own making
+            labels = {k: str(p[k]) for k in ("platform", "environment") if str(p[k])}
             card = self._join_model(client, num_samples, labels)
             if card is None:
                 return  # stopped while waiting for the coordinator

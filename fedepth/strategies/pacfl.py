@@ -28,6 +28,7 @@ class PACFL(ClusteredStrategy):
     """One-shot hard clustering on principal angles between client feature subspaces."""
 
     name = "pacfl"
+    client_summaries = (BASIS_KEY,)
 
     def __init__(self, *, threshold: float | None = None) -> None:
         super().__init__()

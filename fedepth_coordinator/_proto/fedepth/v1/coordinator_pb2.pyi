@@ -85,14 +85,16 @@ class RegisterRequest(_message.Message):
     def __init__(self, robot_id: _Optional[str] = ..., num_samples: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., model_card: _Optional[str] = ...) -> None: ...
 
 class RegisterReply(_message.Message):
-    __slots__ = ("phase", "member", "model_card")
+    __slots__ = ("phase", "member", "model_card", "summaries")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     MEMBER_FIELD_NUMBER: _ClassVar[int]
     MODEL_CARD_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIES_FIELD_NUMBER: _ClassVar[int]
     phase: Phase
     member: bool
     model_card: str
-    def __init__(self, phase: _Optional[_Union[Phase, str]] = ..., member: _Optional[bool] = ..., model_card: _Optional[str] = ...) -> None: ...
+    summaries: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, phase: _Optional[_Union[Phase, str]] = ..., member: _Optional[bool] = ..., model_card: _Optional[str] = ..., summaries: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class UploadDescriptorRequest(_message.Message):
     __slots__ = ("robot_id", "descriptor", "summaries")
