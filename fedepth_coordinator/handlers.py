@@ -189,6 +189,8 @@ class Coordinator:
         self._transfers = threading.BoundedSemaphore(config.server.max_transfers)
         #: weight streams each principal has open (server.max_transfers_per_robot)
         self._streams: Counter[str] = Counter()
+        #: robots told once that their claimed sample count was clipped to the registered one
+        self._overclaimed: set[str] = set()
         # built once now: a strategy that cannot take the configured rule refuses to start,
         # and robots learn at Register which data summaries it needs (and send no others)
         probe = self._new_strategy()
@@ -930,9 +932,12 @@ class Coordinator:
                 f"the update claims {claimed} samples but robot {robot.robot_id!r} registered "
                 f"{registered} (validation.sample_weights: strict): re-register with the count"
             )
-        if claimed > registered:
+        if claimed > registered and robot.robot_id not in self._overclaimed:
+            # once per robot: a robot_node registers with the frames it had buffered when it
+            # joined and trains on more later, every round
+            self._overclaimed.add(robot.robot_id)
             log.warning(
-                "robot %s claims %d samples, registered %d: weighted %d",
+                "robot %s claims %d samples, registered %d: weighted %d (said once per robot)",
                 robot.robot_id,
                 claimed,
                 registered,

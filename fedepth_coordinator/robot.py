@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 import numpy as np
@@ -24,6 +24,9 @@ from fedepth.descriptor import Descriptor
 from fedepth.strategies import ClientUpdate, TrainTask
 from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient
 from fedepth_coordinator.domain import PlanAction
+
+if TYPE_CHECKING:  # fedepth.models (torchvision) is imported only when a card is checked
+    from fedepth.models.card import ModelCard
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +37,10 @@ T = TypeVar("T")
 
 #: Uploads of one round's update before the robot gives up on that round.
 UPLOAD_ATTEMPTS = 3
+
+
+class ModelChangedError(ValueError):
+    """The coordinator serves another model than the one this robot joined with."""
 
 
 @dataclass(frozen=True)
@@ -118,11 +125,30 @@ class RobotLoop:
                 continue
             rnd = plan.round
             model = self._retrying(partial(self.client.download_model, rnd))
+            self._check_card(rnd, model.card)
             update = self.train(rnd, model.task)
             if self._deliver(rnd, update):
                 self.report.rounds.append(rnd)
             last = rnd
         return self.report
+
+    def _check_card(self, rnd: int, served: ModelCard | None) -> None:
+        """Every round's model is the one the robot joined with: a coordinator restarted on
+        another model (its state wiped) is caught here, before training on weights that do
+        not fit (the coordinator checks the card at every Register as well)."""
+        if self.profile.model_card is None:
+            return
+        from fedepth.models.card import ModelCard
+
+        mine = ModelCard.from_json(self.profile.model_card, "this robot's model card")
+        diff = ["the model card"] if served is None else served.differences(mine)
+        if diff:
+            now = "a model without a card" if served is None else served.describe()
+            raise ModelChangedError(
+                f"round {rnd}: the coordinator now serves {now}, but this robot joined with "
+                f"{mine.describe()} (differs in {', '.join(diff)}); restart the robot to "
+                "build the served model"
+            )
 
     def _deliver(self, rnd: int, update: ClientUpdate) -> bool:
         """Upload; True once the coordinator recorded the update. ALREADY_EXISTS counts only

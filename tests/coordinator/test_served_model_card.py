@@ -10,11 +10,21 @@ import grpc
 import numpy as np
 import pytest
 
+from fedepth.descriptor import Descriptor
 from fedepth.models import ModelCard, card_of, create_model, get_state, save_state, save_weights
+from fedepth.strategies import ClientUpdate, TrainTask
 from fedepth_coordinator import serde
-from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient
+from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient, DownloadedModel
 from fedepth_coordinator.config import ConfigError, CoordinatorConfig, ModelConfig
-from fedepth_coordinator.domain import ModelHeader
+from fedepth_coordinator.domain import (
+    DescriptorAck,
+    ModelHeader,
+    Phase,
+    PlanAction,
+    Registration,
+    RoundPlan,
+)
+from fedepth_coordinator.robot import ModelChangedError, RobotLoop, RobotProfile, run_robot
 from fedepth_coordinator.server import initial_model, running
 from fedepth_coordinator.simulate import SimulatedFleet, robot_ids
 from fedepth_coordinator.tensors import Layout
@@ -132,3 +142,53 @@ def test_register_refuses_a_declared_model_when_only_a_synthetic_one_is_served(
     assert info.value.code is grpc.StatusCode.FAILED_PRECONDITION
     assert "without a card" in info.value.details and card.describe() in info.value.details
     assert robot.register(10).model_card is None
+
+
+class _UncheckedCoordinator:
+    """A coordinator that does not check cards at Register (an older one), and serves
+    ``served`` with every round's task: the robot's own per-round check must catch it."""
+
+    robot_id = "robot-000"
+
+    def __init__(self, served: ModelCard | None) -> None:
+        self.served = served
+
+    def register(self, *_: Any, **__: Any) -> Registration:
+        return Registration(Phase.TRAINING, True)
+
+    def upload_descriptor(self, *_: Any) -> DescriptorAck:
+        return DescriptorAck(Phase.TRAINING, True)
+
+    def round_plan(self, after_round: int, wait_s: float = 0.0) -> RoundPlan:
+        return RoundPlan(PlanAction.TRAIN, Phase.TRAINING, after_round + 1, 2)
+
+    def download_model(self, rnd: int) -> DownloadedModel:
+        return DownloadedModel(rnd, TrainTask(state={}), self.served)
+
+
+@pytest.mark.parametrize("served", ["other depth range", "no card"])
+def test_a_robot_refuses_a_round_whose_model_is_not_the_one_it_joined_with(served: str) -> None:
+    mine = ModelCard(model="regression-lite", max_depth=80.0)
+    other = None if served == "no card" else ModelCard(model="regression-lite", max_depth=10.0)
+    trained: list[int] = []
+
+    def train(rnd: int, task: TrainTask) -> ClientUpdate:
+        trained.append(rnd)
+        raise AssertionError("trained on a model it cannot take")
+
+    profile = RobotProfile(
+        num_samples=4,
+        descriptor=Descriptor(np.zeros(8), np.ones(8), 4),
+        model_card=mine.to_json(),
+    )
+    client: Any = _UncheckedCoordinator(other)
+    with pytest.raises(ModelChangedError) as err:
+        run_robot(client, profile, train, poll_s=0.0)
+    assert trained == []
+    assert "round 0: the coordinator now serves" in str(err.value)
+    assert mine.describe() in str(err.value)
+    if other is not None:
+        assert other.describe() in str(err.value) and "max_depth" in str(err.value)
+    # the same card passes: the check does not refuse the model the robot joined with
+    same: Any = _UncheckedCoordinator(mine)
+    RobotLoop(same, profile, train)._check_card(0, ModelCard.from_json(mine.to_json()))
