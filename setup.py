@@ -30,7 +30,11 @@ setup(
             "fedepth_ros.*",
         ]
     ),
-    package_data={"fedepth": ["py.typed"], "fedepth_coordinator": ["py.typed"]},
+    package_data={
+        "fedepth": ["py.typed"],
+        "fedepth_coordinator": ["py.typed"],
+        "fedepth_ros": ["fastdds_large_data.xml"],
+    },
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),

@@ -39,6 +39,7 @@ from rosbags.interfaces import Connection
 from rosbags.rosbag2 import Reader
 
 from fedepth_ros.bags import BagError, detect_storage, iter_messages, open_bag, select_connections
+from fedepth_ros.dds import use_large_data_profile
 from fedepth_ros.params import BAG_PLAYER, declare_parameters
 
 NODE_NAME = "bag_player"
@@ -303,6 +304,7 @@ def main(args: list[str] | None = None) -> int:
     """Entry point; ``args`` is a full argv (program name first), default ``sys.argv``."""
     argv = list(sys.argv if args is None else args)
     options = build_parser().parse_args(remove_ros_args(argv)[1:])
+    use_large_data_profile()  # before the DDS participant exists: images are large samples
     rclpy.init(args=argv)
     logger = get_logger(NODE_NAME)
     stop = threading.Event()

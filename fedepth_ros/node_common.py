@@ -17,6 +17,7 @@ from rclpy.logging import get_logger
 from rclpy.node import Node
 
 from fedepth_coordinator.client import ClientTls, CoordinatorClient, open_channel
+from fedepth_ros.dds import use_large_data_profile
 
 
 class NodeConfigError(ValueError):
@@ -141,6 +142,7 @@ def run_node(name: str, make: Callable[[], WorkerNode], args: list[str] | None =
         get_logger(name).error(mangled)
         return 1
     tuned = tune_allocator()
+    use_large_data_profile()  # before the DDS participant exists
     rclpy.init(args=argv)
     if not tuned:
         get_logger(name).debug("allocator tuning unavailable (not glibc)")

@@ -153,3 +153,8 @@ def test_every_runtime_dependency_has_a_rosdep_key_or_a_pip_requirement() -> Non
     assert {"rclpy", "sensor_msgs", "std_msgs", "diagnostic_msgs", "launch", "launch_ros"} <= (
         depends
     )
+
+
+def test_the_fast_dds_profile_is_installed_beside_the_module_that_loads_it(prefix: Path) -> None:
+    found = list(prefix.rglob("fedepth_ros/fastdds_large_data.xml"))
+    assert len(found) == 1 and (found[0].parent / "dds.py").is_file(), found

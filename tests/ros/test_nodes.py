@@ -17,7 +17,7 @@ from std_msgs.msg import String
 
 from fedepth.models import create_model, save_weights
 from fedepth_ros import conversions as cv
-from fedepth_ros.bag_writer import synthetic_frames
+from fedepth_ros.bag_writer import synthetic_frames, write_rgbd_bag
 
 from .conftest import N_FRAMES, RATE_HZ, TIMEOUT, finish, start_player
 
@@ -117,6 +117,32 @@ def test_depth_node_with_a_local_model_publishes_depth_for_every_frame(
     np.testing.assert_allclose(xyz, expected, rtol=1e-5, atol=1e-5)
     route = json.loads(listener.received["/d/fedepth/route#latched"][0][1].data)
     assert route["source"] == "local" and route["weights_file"] == str(weights)
+
+
+def test_depth_node_defaults_deliver_640x480_depth_to_a_sensor_data_subscriber(
+    ros_env: dict[str, str], listener_factory: Any, tmp_path: Path
+) -> None:
+    """1.2 MB best-effort samples: with Fast DDS's built-in 512 KiB shared-memory segment not
+    one reached a subscriber in another process; the nodes' large-data profile carries them."""
+    weights = tmp_path / "model.safetensors"
+    save_weights(create_model("regression-lite", min_depth=0.1, max_depth=10.0), weights)
+    frames = synthetic_frames(4, width=640, height=480, rate_hz=2.0)
+    bag = write_rgbd_bag(frames, tmp_path / "vga", progress=False).path
+    topic = "/vga/depth_pred/image"
+    listener = listener_factory({topic: Image}, sensor_qos=frozenset({topic}))
+    # the defaults, but for the weights and no coordinator to wait for
+    node = start_node("depth_node", "vga", {"coordinator": '""', "weights": weights}, ros_env)
+    assert listener.wait_for_publishers([topic], timeout=6 * TIMEOUT), node.poll()
+    play = [str(bag), "--topics", "/image,/camera_info", "--wait-for-subscribers", "1"]
+    play += ["--wait-timeout", str(TIMEOUT), "--ros-args", "-r", "__ns:=/vga"]
+    player = start_player(play, ros_env)
+    got_all = listener.wait_for({topic: len(frames)})
+    rc_player, player_log = finish(player)
+    rc, log = stop(node)
+    counts = len(listener.received[topic])
+    assert got_all and rc_player == 0 and rc == 0, f"{counts}\n{log}{player_log}"
+    shapes = {cv.image_to_numpy(m).shape for _, m in listener.received[topic]}
+    assert shapes == {(480, 640)}
 
 
 def test_robot_node_buffers_pairs_and_reports_status_and_diagnostics(
