@@ -161,13 +161,23 @@ def demo_config(seed: int = 0) -> SimConfig:
     return sim_config("hpe", "small", seed=seed, rounds=6, local_steps=5, last_rounds=3)
 
 
+#: SimConfig settings added after runs were recorded, with the value that does what the code
+#: did before them: at that value they leave :func:`demo_key` as it was, and a run recorded
+#: without them resumes (:func:`check_out`).
+ADDED_SETTINGS: dict[str, Any] = {"round_schedule": "constant", "round_final_lr_fraction": 0.1}
+
+
 def demo_key(config: SimConfig) -> str:
     """A short hash of a demo configuration without its seed, with the versions of the data
     generator and of pretraining: what a measured seed spread (:data:`DEMO_SPREAD`) holds for."""
     from fedepth.data.synth.generate import GENERATOR_VERSION
     from fedepth.sim import PRETRAIN_REGIME
 
-    fields = {k: v for k, v in config_dict(config).items() if k != "seed"}
+    fields = {
+        k: v
+        for k, v in config_dict(config).items()
+        if k != "seed" and not (k in ADDED_SETTINGS and ADDED_SETTINGS[k] == v)
+    }
     text = json.dumps(
         {
             **fields,
@@ -451,6 +461,13 @@ def check_out(spec: BenchSpec) -> None:
     wanted = _settings(current)
     if "inputs" not in config:  # written before runs could resume: no inputs recorded
         wanted = {k: v for k, v in wanted.items() if k not in current["inputs"]}
+    # a setting added since that run was written, at the value that does what the code did
+    # before it, is what the run did: the same run
+    wanted = {
+        k: v
+        for k, v in wanted.items()
+        if k in saved or k not in ADDED_SETTINGS or ADDED_SETTINGS[k] != v
+    }
     unset = object()
     keys = [
         k for k in dict.fromkeys([*wanted, *saved]) if saved.get(k, unset) != wanted.get(k, unset)

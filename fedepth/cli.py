@@ -188,6 +188,7 @@ def _bench_spec(
         seed=seeds[0],
         rounds=args.rounds,
         local_steps=args.local_steps,
+        round_schedule=args.round_schedule,
         image_size=_size(args.image_size),
         pretrain_steps=args.pretrain_steps,
         pretrain_threads=args.pretrain_threads,
@@ -823,6 +824,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", help="initial weights (safetensors) instead of pretraining")
     p.add_argument("--rounds", type=int, help="communication rounds")
     p.add_argument("--local-steps", type=int, help="local steps per round")
+    p.add_argument(
+        "--round-schedule",
+        choices=("constant", "cosine"),  # fedepth.recipe.ROUND_SCHEDULES (torch-free here)
+        help="learning rate across rounds: constant (default) or cosine (to 0.1 x lr in the "
+        "last round)",
+    )
     p.add_argument("--pretrain-steps", type=int, help="steps of the cached pretraining")
     p.add_argument(
         "--pretrain-threads",

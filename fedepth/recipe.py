@@ -35,6 +35,28 @@ def client_seed(seed: int, rnd: int, cid: str) -> int:
     return int(zlib.crc32(f"{seed}/{rnd}/{cid}".encode()))
 
 
+#: Learning-rate schedules ACROSS the rounds of a run (:func:`round_lr`); the recipe's own
+#: ``schedule`` is the one within a round's local steps.
+ROUND_SCHEDULES = ("constant", "cosine")
+
+
+def round_lr(lr: float, rnd: int, num_rounds: int, schedule: str, final_fraction: float) -> float:
+    """The learning rate of round ``rnd`` (0-based) of ``num_rounds``: ``lr`` throughout
+    (``constant``), or ``cosine`` from ``lr`` in round 0 to ``lr * final_fraction`` in the
+    last round. The driver puts it in the round's recipe, so robots need to know nothing of
+    the schedule."""
+    if schedule not in ROUND_SCHEDULES:
+        raise ValueError(
+            f"unknown round schedule {schedule!r}; known: {', '.join(ROUND_SCHEDULES)}"
+        )
+    if not 0 <= final_fraction <= 1:
+        raise ValueError(f"final lr fraction must lie in [0, 1], got {final_fraction!r}")
+    if schedule == "constant" or num_rounds <= 1:
+        return lr
+    t = min(max(rnd, 0), num_rounds - 1) / (num_rounds - 1)
+    return lr * (final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

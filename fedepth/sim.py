@@ -37,7 +37,7 @@ from fedepth.data.torchdata import FrameDataset, resize_frame
 from fedepth.descriptor import Descriptor, DescriptorExtractor
 from fedepth.metrics import compute_errors, mean_errors
 from fedepth.models import DepthModel, create_model, set_state
-from fedepth.recipe import TrainRecipe
+from fedepth.recipe import TrainRecipe, round_lr
 from fedepth.recipe import client_seed as client_seed  # re-exported: fedepth.sim.client_seed
 from fedepth.strategies import (
     ClientInfo,
@@ -83,6 +83,10 @@ class SimConfig:
     schedule: str = "constant"
     warmup_steps: int = 0
     final_lr_fraction: float = 0.1
+    #: learning-rate schedule ACROSS rounds (fedepth.recipe.round_lr): constant | cosine (to
+    #: lr * round_final_lr_fraction in the last round); every client of a round gets its lr
+    round_schedule: str = "constant"
+    round_final_lr_fraction: float = 0.1
     #: left-right flip augmentation of the local rounds
     flip: bool = True
     min_depth: float = 1e-3
@@ -110,14 +114,15 @@ class SimConfig:
     method_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def recipe(self, rnd: int = 0) -> TrainRecipe:
-        """The recipe every client trains round ``rnd`` with (the same for every round today;
-        CL's pooled participant gets ``local_steps * num_clients`` steps, see
-        :meth:`Simulation.run`)."""
+        """The recipe every client trains round ``rnd`` with: the lr of ``round_schedule``
+        for that round, the rest the same every round (CL's pooled participant gets
+        ``local_steps * num_clients`` steps, see :meth:`Simulation.run`)."""
+        lr = round_lr(self.lr, rnd, self.rounds, self.round_schedule, self.round_final_lr_fraction)
         return TrainRecipe(
             local_steps=self.local_steps,
             batch_size=self.batch_size,
             optimizer=self.optimizer,  # type: ignore[arg-type]
-            lr=self.lr,
+            lr=lr,
             weight_decay=self.weight_decay,
             grad_clip=self.grad_clip,
             schedule=self.schedule,  # type: ignore[arg-type]

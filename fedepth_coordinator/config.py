@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from fedepth.recipe import TrainRecipe
+from fedepth.recipe import TrainRecipe, round_lr
 from fedepth.strategies.aggregate import AGGREGATIONS
 
 
@@ -140,10 +140,18 @@ class TrainingConfig:
     seed: int = _RECIPE.seed
     #: Lambda of the SILog loss; null: the model's own (0.85).
     variance_focus: float | None = _RECIPE.variance_focus
+    #: Learning-rate schedule ACROSS the rounds: constant | cosine (from lr in the first round
+    #: to lr * round_final_lr_fraction in the last). Each round's task carries its lr.
+    round_schedule: str = "constant"
+    round_final_lr_fraction: float = 0.1
 
-    def recipe(self) -> TrainRecipe:
-        """The :class:`~fedepth.recipe.TrainRecipe` of this section (raises ValueError)."""
-        return TrainRecipe.from_dict(dataclasses.asdict(self))
+    def recipe(self, rnd: int = 0, num_rounds: int = 1) -> TrainRecipe:
+        """The :class:`~fedepth.recipe.TrainRecipe` of round ``rnd`` of ``num_rounds``
+        (raises ValueError)."""
+        data = dataclasses.asdict(self)
+        schedule, final = data.pop("round_schedule"), data.pop("round_final_lr_fraction")
+        data["lr"] = round_lr(data["lr"], rnd, num_rounds, schedule, final)
+        return TrainRecipe.from_dict(data)
 
 
 @dataclass(frozen=True)

@@ -164,8 +164,6 @@ class Coordinator:
         #: the served model's card (JSON), sent in every model header; None: no card
         self.model_card = model_card
         self.clock = clock
-        #: how every robot trains every round (config section ``training``)
-        self._recipe = config.training.recipe()
         #: builds the strategy (default: ``create_strategy`` with the config's name and params)
         self.strategy_factory = strategy_factory
         #: the starting model until the run starts (then only in its blob), and its tensor order
@@ -747,7 +745,8 @@ class Coordinator:
     def _task(self, rnd: int, robot_id: str) -> TrainTask:
         """The strategy's task for the robot, with the run's training recipe."""
         task = self._require_strategy().configure_train(rnd, [robot_id])[robot_id]
-        return replace(task, recipe=self._recipe)
+        recipe = self.config.training.recipe(rnd, self.config.rounds.num_rounds)
+        return replace(task, recipe=recipe)
 
     @staticmethod
     def _task_groups(task: TrainTask) -> dict[str, Mapping[str, np.ndarray]]:

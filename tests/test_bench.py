@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from fedepth.bench import (
+    ADDED_SETTINGS,
     BenchSpec,
     OutConflictError,
     beyond_spread,
@@ -367,6 +368,14 @@ def test_an_out_with_unreadable_or_missing_settings_is_refused(tmp_path: Path) -
         check_out(replace(spec, sim=replace(CFG, model="adabins-lite", lr=1e-3)))
     with pytest.raises(OutConflictError, match="this command has transport=grpc"):
         check_out(replace(spec, transport="grpc"))
+    # a run recorded before the round schedule existed resumes at the schedule it had
+    old = run_config(spec)
+    for key in ADDED_SETTINGS:
+        del old["sim"][key]
+    (spec.out / "config.json").write_text(json.dumps(old))
+    check_out(spec)
+    with pytest.raises(OutConflictError, match=r"round_schedule=\(unset\); this command has "):
+        check_out(replace(spec, sim=replace(CFG, round_schedule="cosine")))
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import zlib
 from dataclasses import replace
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fedepth.recipe import TrainRecipe, client_seed
+from fedepth.recipe import ROUND_SCHEDULES, TrainRecipe, client_seed, round_lr
 from fedepth.sim import SimConfig
 from fedepth.sim import client_seed as sim_client_seed
 
@@ -106,3 +107,36 @@ def test_train_config_carries_every_training_setting() -> None:
     sim = SimConfig(local_steps=3, lr=2e-4).train_config(5)
     assert sim == TrainRecipe(local_steps=3, lr=2e-4).train_config(5)
     assert sim.optimizer.grad_clip == 1.0 and sim.optimizer.name == "adamw"
+
+
+def test_round_lr_is_constant_or_a_cosine_from_lr_to_its_final_fraction() -> None:
+    assert [round_lr(1e-3, r, 5, "constant", 0.1) for r in range(5)] == [1e-3] * 5
+    cos = [round_lr(1e-3, r, 5, "cosine", 0.1) for r in range(5)]
+    assert cos[0] == pytest.approx(1e-3) and cos[-1] == pytest.approx(1e-4)
+    assert cos[2] == pytest.approx(1e-3 * (0.1 + 0.9 * 0.5))  # halfway: the mean of the ends
+    assert all(a > b for a, b in itertools.pairwise(cos))
+    assert round_lr(1e-3, 0, 1, "cosine", 0.1) == 1e-3  # a one-round run keeps its lr
+    with pytest.raises(ValueError, match="unknown round schedule 'linear'; known: constant"):
+        round_lr(1e-3, 0, 5, "linear", 0.1)
+    with pytest.raises(ValueError, match=r"final lr fraction must lie in \[0, 1\]"):
+        round_lr(1e-3, 0, 5, "cosine", 1.5)
+
+
+def test_the_simulation_and_the_coordinator_give_each_round_its_lr() -> None:
+    from fedepth_coordinator.config import TrainingConfig
+
+    sim = SimConfig(rounds=4, lr=2e-4, round_schedule="cosine", round_final_lr_fraction=0.25)
+    training = TrainingConfig(lr=2e-4, round_schedule="cosine", round_final_lr_fraction=0.25)
+    for rnd in range(4):
+        expected = round_lr(2e-4, rnd, 4, "cosine", 0.25)
+        assert sim.recipe(rnd).lr == pytest.approx(expected)
+        assert training.recipe(rnd, 4) == sim.recipe(rnd)  # one recipe, both drivers
+    assert SimConfig(rounds=4).recipe(3).lr == SimConfig().lr  # constant by default
+
+
+def test_the_cli_offers_the_round_schedules_the_recipe_knows() -> None:
+    from fedepth.cli import build_parser
+
+    bench = build_parser()._subparsers._group_actions[0].choices["bench"]  # type: ignore[union-attr]
+    (action,) = [a for a in bench._actions if a.dest == "round_schedule"]
+    assert tuple(action.choices or ()) == ROUND_SCHEDULES
