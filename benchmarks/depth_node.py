@@ -271,7 +271,8 @@ def main() -> int:
                 p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p
             ),
         }
-        argv = [sys.executable, "-m", "fedepth_ros.depth_node", "--ros-args", "-r", "__ns:=/bench"]
+        node = [sys.executable, "-m", "fedepth_ros.depth_node", "--ros-args", "-r", "__ns:=/bench"]
+        argv = list(node)
         for k, v in {
             "coordinator": '""',
             "weights": weights,  # its card: the model and depth range the node builds
@@ -300,7 +301,7 @@ def main() -> int:
                     args.replay_frames, width=width, height=height, rate_hz=args.replay_hz
                 )
                 bag = write_rgbd_bag(frames, Path(tmp) / "replay", progress=False).path
-                defaults = [*argv[:6], "-p", f"weights:={weights}"]
+                defaults = [*node, "-p", f"weights:={weights}"]
                 with running_node(defaults, env, client):
                     answered = measure_replay(
                         client,

@@ -167,17 +167,18 @@ def demo_config(seed: int = 0) -> SimConfig:
 ADDED_SETTINGS: dict[str, Any] = {"round_schedule": "constant", "round_final_lr_fraction": 0.1}
 
 
+def _as_before(key: str, value: Any) -> bool:
+    """Whether ``key`` is a setting added since runs were recorded, at its neutral value."""
+    return key in ADDED_SETTINGS and ADDED_SETTINGS[key] == value
+
+
 def demo_key(config: SimConfig) -> str:
     """A short hash of a demo configuration without its seed, with the versions of the data
     generator and of pretraining: what a measured seed spread (:data:`DEMO_SPREAD`) holds for."""
     from fedepth.data.synth.generate import GENERATOR_VERSION
     from fedepth.sim import PRETRAIN_REGIME
 
-    fields = {
-        k: v
-        for k, v in config_dict(config).items()
-        if k != "seed" and not (k in ADDED_SETTINGS and ADDED_SETTINGS[k] == v)
-    }
+    fields = {k: v for k, v in config_dict(config).items() if k != "seed" and not _as_before(k, v)}
     text = json.dumps(
         {
             **fields,
@@ -463,11 +464,7 @@ def check_out(spec: BenchSpec) -> None:
         wanted = {k: v for k, v in wanted.items() if k not in current["inputs"]}
     # a setting added since that run was written, at the value that does what the code did
     # before it, is what the run did: the same run
-    wanted = {
-        k: v
-        for k, v in wanted.items()
-        if k in saved or k not in ADDED_SETTINGS or ADDED_SETTINGS[k] != v
-    }
+    wanted = {k: v for k, v in wanted.items() if k in saved or not _as_before(k, v)}
     unset = object()
     keys = [
         k for k in dict.fromkeys([*wanted, *saved]) if saved.get(k, unset) != wanted.get(k, unset)

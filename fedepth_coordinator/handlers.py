@@ -543,7 +543,8 @@ class Coordinator:
         if missing:
             raise InvalidArgumentError(
                 f"strategy {self._strategy_name} needs the summaries {missing} with the "
-                "descriptor (RegisterReply.summaries)"
+                "descriptor (RegisterReply.summaries names them): send them in this "
+                "UploadDescriptor; fedepth_coordinator.robot.run_robot does"
             )
         # what the strategy did not ask for is not kept: the coordinator stores no more of a
         # robot's data than its algorithm uses

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from fedepth.data import M3EDSequence
 from fedepth.models import create_model, save_weights
 from fedepth_coordinator.auth import add_principal
 from fedepth_coordinator.client import CoordinatorClient, open_channel
-from fedepth_coordinator.config import config_from_dict
+from fedepth_coordinator.config import CoordinatorConfig, config_from_dict
 from fedepth_coordinator.domain import Phase
 from fedepth_coordinator.simulate import CoordinatorProcess
 from fedepth_ros import conversions as cv
@@ -111,6 +112,44 @@ def processes(tmp_path: Path, ros_env: dict[str, str]) -> Iterator[Processes]:
     procs.close()
 
 
+@dataclass(frozen=True)
+class Federation:
+    """A small run's coordinator config, with credentials for its robots and an operator."""
+
+    config: CoordinatorConfig
+    token_files: dict[str, Path]
+    ops_token: str
+
+
+def small_federation(tmp_path: Path, principals: list[str]) -> Federation:
+    """Two rounds of FeDepth on loopback serving a fresh regression-lite with its card, every
+    robot's token in a file, and the recipe the robots train with (2 steps at 32x48)."""
+    creds = tmp_path / "credentials.yaml"
+    token_files: dict[str, Path] = {}
+    for principal in principals:
+        token_files[principal] = tmp_path / f"{principal}.token"
+        token_files[principal].write_text(add_principal(creds, principal) + "\n")
+    ops_token = add_principal(creds, "ops", "operator")
+    initial = tmp_path / "initial.safetensors"
+    save_weights(
+        create_model("regression-lite", min_depth=MIN_DEPTH, max_depth=MAX_DEPTH), initial
+    )
+    config = config_from_dict(
+        {
+            "server": {"host": "127.0.0.1", "port": 0, "max_wait_s": 2.0, "grace_s": 0.5},
+            "auth": {"credentials_file": str(creds)},
+            "rounds": {"num_rounds": 2, "min_robots": len(principals), "deadline_s": 120.0},
+            # a fixed tau: with two robots a calibrated one can be 0, and re-routing scales by tau
+            "strategy": {"name": "fedepth", "params": {"tau": 1000.0}},
+            # the recipe every robot trains with (the nodes' own settings are only a fallback)
+            "training": {"local_steps": 2, "batch_size": 2, "image_size": [32, 48]},
+            "model": {"initial_weights": str(initial)},
+            "state": {"dir": str(tmp_path / "state"), "backend": "sqlite"},
+        }
+    )
+    return Federation(config, token_files, ops_token)
+
+
 def make_bag(scenario: Path, sequence: str, out: Path) -> Path:
     data = scenario / f"{sequence}_data.h5"
     depth = scenario / f"{sequence}_depth_gt.h5"
@@ -126,30 +165,9 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
     bags = {ns: make_bag(smoke_hpe, seq, tmp_path / ns) for ns, (_, seq) in ROBOTS.items()}
     unseen_bag = make_bag(smoke_hpe, UNSEEN, tmp_path / "unseen")
 
-    creds = tmp_path / "credentials.yaml"
-    token_files: dict[str, Path] = {}
-    for principal in [p for p, _ in ROBOTS.values()]:
-        token_files[principal] = tmp_path / f"{principal}.token"
-        token_files[principal].write_text(add_principal(creds, principal) + "\n")
-    ops_token = add_principal(creds, "ops", "operator")
-    initial = tmp_path / "initial.safetensors"
-    save_weights(
-        create_model("regression-lite", min_depth=MIN_DEPTH, max_depth=MAX_DEPTH), initial
-    )
-    config = config_from_dict(
-        {
-            "server": {"host": "127.0.0.1", "port": 0, "max_wait_s": 2.0, "grace_s": 0.5},
-            "auth": {"credentials_file": str(creds)},
-            "rounds": {"num_rounds": 2, "min_robots": 2, "deadline_s": 120.0},
-            # a fixed tau: with two robots a calibrated one can be 0, and re-routing scales by tau
-            "strategy": {"name": "fedepth", "params": {"tau": 1000.0}},
-            # the recipe every robot trains with (the nodes' own settings are only a fallback)
-            "training": {"local_steps": 2, "batch_size": 2, "image_size": [32, 48]},
-            "model": {"initial_weights": str(initial)},
-            "state": {"dir": str(tmp_path / "state"), "backend": "sqlite"},
-        }
-    )
-    coordinator = CoordinatorProcess(config, log_path=tmp_path / "coordinator.log")
+    fed = small_federation(tmp_path, [p for p, _ in ROBOTS.values()])
+    token_files, ops_token = fed.token_files, fed.ops_token
+    coordinator = CoordinatorProcess(fed.config, log_path=tmp_path / "coordinator.log")
     port = coordinator.start()
     address = f"127.0.0.1:{port}"
     domain = int(ros_env["ROS_DOMAIN_ID"])

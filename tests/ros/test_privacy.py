@@ -19,16 +19,13 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
-from fedepth.models import create_model, save_weights
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
-from fedepth_coordinator.auth import add_principal
 from fedepth_coordinator.client import CoordinatorClient, open_channel
-from fedepth_coordinator.config import config_from_dict
 from fedepth_coordinator.domain import Phase
 from fedepth_coordinator.server import running
 from fedepth_ros.bag_writer import synthetic_frames, write_rgbd_bag
 
-from .test_end_to_end import Processes, wait_until
+from .test_end_to_end import Processes, small_federation, wait_until
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -76,19 +73,10 @@ class Recorder(grpc.ServerInterceptor):
         if handler is None:
             return None
         method = details.method.rsplit("/", 1)[-1]
-        streaming = (handler.request_streaming, handler.response_streaming)
-        inner = {
-            (False, False): handler.unary_unary,
-            (False, True): handler.unary_stream,
-            (True, False): handler.stream_unary,
-            (True, True): handler.stream_stream,
-        }[streaming]
-        make = {
-            (False, False): grpc.unary_unary_rpc_method_handler,
-            (False, True): grpc.unary_stream_rpc_method_handler,
-            (True, False): grpc.stream_unary_rpc_method_handler,
-            (True, True): grpc.stream_stream_rpc_method_handler,
-        }[streaming]
+        kind = ("stream" if handler.request_streaming else "unary") + "_"
+        kind += "stream" if handler.response_streaming else "unary"
+        inner = getattr(handler, kind)  # e.g. handler.unary_stream
+        make = getattr(grpc, f"{kind}_rpc_method_handler")  # grpc.unary_stream_rpc_method_handler
 
         if handler.request_streaming:
 
@@ -117,25 +105,8 @@ def _fields(message: Message) -> Iterator[tuple[str, str]]:
 def test_robot_nodes_send_only_registration_descriptor_and_weights(
     tmp_path: Path, ros_env: dict[str, str]
 ) -> None:
-    creds = tmp_path / "credentials.yaml"
-    tokens = {}
-    for principal, _ in ROBOTS.values():
-        tokens[principal] = tmp_path / f"{principal}.token"
-        tokens[principal].write_text(add_principal(creds, principal) + "\n")
-    ops_token = add_principal(creds, "ops", "operator")
-    initial = tmp_path / "initial.safetensors"
-    save_weights(create_model("regression-lite", min_depth=0.001, max_depth=80.0), initial)
-    config = config_from_dict(
-        {
-            "server": {"host": "127.0.0.1", "port": 0, "max_wait_s": 2.0, "grace_s": 0.5},
-            "auth": {"credentials_file": str(creds)},
-            "rounds": {"num_rounds": 2, "min_robots": 2, "deadline_s": 120.0},
-            "strategy": {"name": "fedepth", "params": {"tau": 1000.0}},
-            "training": {"local_steps": 2, "batch_size": 2, "image_size": [32, 48]},
-            "model": {"initial_weights": str(initial)},
-            "state": {"dir": str(tmp_path / "state"), "backend": "sqlite"},
-        }
-    )
+    fed = small_federation(tmp_path, [p for p, _ in ROBOTS.values()])
+    config, tokens, ops_token = fed.config, fed.token_files, fed.ops_token
     recorder = Recorder()
     processes = Processes(tmp_path, ros_env)
     try:
