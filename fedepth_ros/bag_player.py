@@ -98,27 +98,29 @@ class BagPlayer(Node):
 
     def open(self) -> None:
         """Check the parameters, open the bag and create the publishers; raises BagError."""
-        p = self.parameter_values
-        if not str(p["bag"]):
+        params = self.parameter_values
+        if not str(params["bag"]):
             raise BagError("no bag given: pass BAG or set the parameter 'bag'")
-        self.bag = Path(str(p["bag"]))
-        self.rate = float(p["rate"])
-        self.loop = bool(p["loop"])
-        self.start_offset_ns = round(float(p["start_offset"]) * 1e9)
-        self.wait_for_subscribers = int(p["wait_for_subscribers"])
-        self.wait_timeout = float(p["wait_timeout"])
-        self.start_delay = float(p["start_delay"])
-        self.ack_timeout = float(p["ack_timeout"])
+        self.bag = Path(str(params["bag"]))
+        self.rate = float(params["rate"])
+        self.loop = bool(params["loop"])
+        self.start_offset_ns = round(float(params["start_offset"]) * 1e9)
+        self.wait_for_subscribers = int(params["wait_for_subscribers"])
+        self.wait_timeout = float(params["wait_timeout"])
+        self.start_delay = float(params["start_delay"])
+        self.ack_timeout = float(params["ack_timeout"])
         if not self.rate > 0:
             raise BagError(f"bag {self.bag}: rate must be > 0, got {self.rate}")
         if self.start_offset_ns < 0:
-            raise BagError(f"bag {self.bag}: start_offset must be >= 0, got {p['start_offset']}")
+            raise BagError(
+                f"bag {self.bag}: start_offset must be >= 0, got {params['start_offset']}"
+            )
         for name in ("wait_timeout", "start_delay", "ack_timeout"):
-            if float(p[name]) < 0:
-                raise BagError(f"bag {self.bag}: {name} must be >= 0, got {p[name]}")
-        if int(p["qos_depth"]) < 1:
-            raise BagError(f"bag {self.bag}: qos_depth must be >= 1, got {p['qos_depth']}")
-        requested = [t.strip() for t in str(p["topics"]).split(",") if t.strip()]
+            if float(params[name]) < 0:
+                raise BagError(f"bag {self.bag}: {name} must be >= 0, got {params[name]}")
+        if int(params["qos_depth"]) < 1:
+            raise BagError(f"bag {self.bag}: qos_depth must be >= 1, got {params['qos_depth']}")
+        requested = [t.strip() for t in str(params["topics"]).split(",") if t.strip()]
 
         self.storage = detect_storage(self.bag)
         self._bag_cm = open_bag(self.bag)
@@ -132,12 +134,12 @@ class BagPlayer(Node):
                 f"end (duration {(self.bag_end_ns - self.bag_start_ns) / 1e9:g} s)"
             )
         qos = QoSProfile(
-            depth=int(p["qos_depth"]),
+            depth=int(params["qos_depth"]),
             reliability=ReliabilityPolicy.RELIABLE,
             durability=DurabilityPolicy.VOLATILE,
         )
         self.publishers_by_topic = self._make_publishers(
-            requested, qos, str(p["topic_prefix"]), bool(p["absolute_topics"])
+            requested, qos, str(params["topic_prefix"]), bool(params["absolute_topics"])
         )
         self.connections = [c for c in self.connections if c.topic in self.publishers_by_topic]
 
@@ -235,7 +237,7 @@ class BagPlayer(Node):
         span = (self.bag_end_ns - self.bag_start_ns) / 1e9
         count = sum(c.msgcount for c in self.connections)
         topics = ", ".join(
-            f"{t} -> {p.topic_name}" for t, p in sorted(self.publishers_by_topic.items())
+            f"{t} -> {pub.topic_name}" for t, pub in sorted(self.publishers_by_topic.items())
         )
         return (
             f"playing {self.bag} ({self.storage}, {count} messages, {span:.3f} s) at rate "

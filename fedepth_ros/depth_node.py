@@ -75,25 +75,25 @@ class DepthNode(WorkerNode):
 
     def __init__(self, *, parameter_overrides: list[Parameter[Any]] | None = None) -> None:
         super().__init__(NODE_NAME, parameter_overrides=parameter_overrides)
-        p = declare_parameters(self, DEPTH_NODE)
-        self.params = p
-        self.coordinator = str(p["coordinator"])
-        self.weights = str(p["weights"])
-        self.descriptor_frames = int(p["descriptor_frames"])
-        if self.descriptor_frames < 1 or int(p["queue_size"]) < 1:
+        params = declare_parameters(self, DEPTH_NODE)
+        self.params = params
+        self.coordinator = str(params["coordinator"])
+        self.weights = str(params["weights"])
+        self.descriptor_frames = int(params["descriptor_frames"])
+        if self.descriptor_frames < 1 or int(params["queue_size"]) < 1:
             raise NodeConfigError("descriptor_frames and queue_size must be >= 1")
         if not self.coordinator and not self.weights:
             raise NodeConfigError("set coordinator (to route a model) or weights (a local model)")
         if self.coordinator and ":" not in self.coordinator:
             raise NodeConfigError(f"coordinator must be host:port, got {self.coordinator!r}")
-        qos_name = str(p["output_qos"])
+        qos_name = str(params["output_qos"])
         if qos_name not in ("sensor_data", "reliable"):
             raise NodeConfigError(f"output_qos must be sensor_data or reliable, got {qos_name!r}")
-        if not float(p["status_period"]) > 0:
+        if not float(params["status_period"]) > 0:
             raise NodeConfigError("status_period must be > 0")
         try:
-            self.threads = set_threads(int(p["threads"]))
-            self.device = resolve_device(str(p["device"]))
+            self.threads = set_threads(int(params["threads"]))
+            self.device = resolve_device(str(params["device"]))
             # the model of the weights' card; without weights, the served card's (see _route)
             self.predictor: DepthPredictor | None = (
                 DepthPredictor(model_from_weights(self.weights), self.device)
@@ -102,14 +102,14 @@ class DepthNode(WorkerNode):
             )
         except (ValueError, OSError, KeyError) as exc:
             raise NodeConfigError(f"depth_node: {exc}") from None
-        self.reroute = bool(p["reroute"])
+        self.reroute = bool(params["reroute"])
         if self.reroute and not self.coordinator:
             self.get_logger().warning("reroute needs a coordinator; keeping the local model")
             self.reroute = False
         self.monitor: DriftMonitor | None = None
         self.reroutes = 0
-        self.queue: DropOldestQueue[Image] = DropOldestQueue(int(p["queue_size"]))
-        self._pending_max = max(self.descriptor_frames, int(p["queue_size"]))
+        self.queue: DropOldestQueue[Image] = DropOldestQueue(int(params["queue_size"]))
+        self._pending_max = max(self.descriptor_frames, int(params["queue_size"]))
         self._k: np.ndarray | None = None
         self.stop = threading.Event()
         self._lock = threading.Lock()
@@ -147,11 +147,11 @@ class DepthNode(WorkerNode):
         self.info_pub = self.create_publisher(CameraInfo, "depth_pred/camera_info", out_qos)
         self.points_pub = (
             self.create_publisher(PointCloud2, "depth_pred/points", out_qos)
-            if bool(p["publish_points"])
+            if bool(params["publish_points"])
             else None
         )
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.create_timer(float(p["status_period"]), self.publish_diagnostics)
+        self.create_timer(float(params["status_period"]), self.publish_diagnostics)
         latched = QoSProfile(
             depth=1,
             reliability=ReliabilityPolicy.RELIABLE,
@@ -175,7 +175,7 @@ class DepthNode(WorkerNode):
     def subscribed(self) -> bool:
         """Whether anyone listens to an output (inference runs only then)."""
         pubs = [self.depth_pub, self.info_pub, self.points_pub]
-        return any(p is not None and p.get_subscription_count() > 0 for p in pubs)
+        return any(pub is not None and pub.get_subscription_count() > 0 for pub in pubs)
 
     # -- diagnostics (spin thread, cheap) ------------------------------------------------------
     def diagnosis(self) -> tuple[int, str]:
@@ -325,12 +325,12 @@ class DepthNode(WorkerNode):
     def _client_once(self) -> CoordinatorClient:
         with self._lock:
             if self._client is None:
-                p = self.params
+                params = self.params
                 self._client = connect(
                     self.coordinator,
-                    str(p["robot_id"]),
-                    str(p["token_file"]),
-                    str(p["tls_ca_file"]),
+                    str(params["robot_id"]),
+                    str(params["token_file"]),
+                    str(params["tls_ca_file"]),
                 )
             return self._client
 
@@ -433,7 +433,7 @@ class DepthNode(WorkerNode):
 
     # -- re-routing (off by default) -----------------------------------------------------------
     def _make_monitor(self) -> DriftMonitor | None:
-        p = self.params
+        params = self.params
         reference = self.routed_descriptor
         if reference is None:
             return None
@@ -450,12 +450,12 @@ class DepthNode(WorkerNode):
         return DriftMonitor(
             reference,
             tau,
-            window=int(p["reroute_window"]),
-            check_period=int(p["reroute_check_period"]),
-            enter=float(p["reroute_enter"]),
-            exit=float(p["reroute_exit"]),
-            patience=int(p["reroute_patience"]),
-            cooldown_s=float(p["reroute_cooldown"]),
+            window=int(params["reroute_window"]),
+            check_period=int(params["reroute_check_period"]),
+            enter=float(params["reroute_enter"]),
+            exit=float(params["reroute_exit"]),
+            patience=int(params["reroute_patience"]),
+            cooldown_s=float(params["reroute_cooldown"]),
         )
 
     def _watch(self, monitor: DriftMonitor, rgb: np.ndarray) -> None:

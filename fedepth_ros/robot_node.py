@@ -62,44 +62,45 @@ class RobotNode(WorkerNode):
 
     def __init__(self, *, parameter_overrides: list[Parameter[Any]] | None = None) -> None:
         super().__init__(NODE_NAME, parameter_overrides=parameter_overrides)
-        p = declare_parameters(self, ROBOT_NODE)
-        self.params = p
-        self.robot_id = str(p["robot_id"])
+        params = declare_parameters(self, ROBOT_NODE)
+        self.params = params
+        self.robot_id = str(params["robot_id"])
         for name in ("buffer_size", "frame_stride", "descriptor_frames", "local_steps"):
-            if int(p[name]) < 1:
-                raise NodeConfigError(f"{name} must be >= 1, got {p[name]}")
-        if int(p["batch_size"]) < 1 or not float(p["status_period"]) > 0:
+            if int(params[name]) < 1:
+                raise NodeConfigError(f"{name} must be >= 1, got {params[name]}")
+        if int(params["batch_size"]) < 1 or not float(params["status_period"]) > 0:
             raise NodeConfigError("batch_size must be >= 1 and status_period > 0")
-        if ":" not in str(p["coordinator"]):
-            raise NodeConfigError(f"coordinator must be host:port, got {p['coordinator']!r}")
-        if (int(p["train_height"]) > 0) != (int(p["train_width"]) > 0):
+        if ":" not in str(params["coordinator"]):
+            raise NodeConfigError(f"coordinator must be host:port, got {params['coordinator']!r}")
+        height, width = int(params["train_height"]), int(params["train_width"])
+        if (height > 0) != (width > 0):
             raise NodeConfigError("set both train_height and train_width, or neither")
-        size = (int(p["train_height"]), int(p["train_width"])) if p["train_height"] else None
-        spill_dir = str(p["spill_dir"]) or None
+        size = (height, width) if height else None
+        spill_dir = str(params["spill_dir"]) or None
         try:
             self.buffer = FrameBuffer(
-                int(p["buffer_size"]),
-                stride=int(p["frame_stride"]),
+                int(params["buffer_size"]),
+                stride=int(params["frame_stride"]),
                 spill_dir=spill_dir,
-                spill_capacity=int(p["spill_size"]),
+                spill_capacity=int(params["spill_size"]),
             )
             self.sync: PairSync[np.ndarray, np.ndarray] = PairSync(
-                round(float(p["sync_slop"]) * 1e9), int(p["sync_queue_size"])
+                round(float(params["sync_slop"]) * 1e9), int(params["sync_queue_size"])
             )
-            self.threads = set_threads(int(p["threads"]))
+            self.threads = set_threads(int(params["threads"]))
             # the model of the weights' card; without weights, built from the served card
-            model = model_from_weights(str(p["weights"])) if p["weights"] else None
+            model = model_from_weights(str(params["weights"])) if params["weights"] else None
             self.learner = BufferLearner(
                 self.robot_id,
                 model,
                 self.buffer,
                 LearnerConfig(
-                    local_steps=int(p["local_steps"]),
-                    batch_size=int(p["batch_size"]),
-                    learning_rate=float(p["learning_rate"]),
-                    descriptor_frames=int(p["descriptor_frames"]),
+                    local_steps=int(params["local_steps"]),
+                    batch_size=int(params["batch_size"]),
+                    learning_rate=float(params["learning_rate"]),
+                    descriptor_frames=int(params["descriptor_frames"]),
                     image_size=size,
-                    device=str(p["device"]),
+                    device=str(params["device"]),
                 ),
                 warn=self.get_logger().warning,
             )
@@ -125,7 +126,7 @@ class RobotNode(WorkerNode):
         )
         self.status_pub = self.create_publisher(String, STATUS_TOPIC, 10)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.create_timer(float(p["status_period"]), self.publish_status)
+        self.create_timer(float(params["status_period"]), self.publish_status)
         self.worker = threading.Thread(target=self._work, name="robot-worker", daemon=True)
 
     # -- spin thread: cheap conversions only ---------------------------------------------------
@@ -201,9 +202,12 @@ class RobotNode(WorkerNode):
             while not self.buffer.wait_for(need, timeout=0.5):
                 if self.stop.is_set():
                     return
-            p = self.params
+            params = self.params
             client = connect(
-                str(p["coordinator"]), self.robot_id, str(p["token_file"]), str(p["tls_ca_file"])
+                str(params["coordinator"]),
+                self.robot_id,
+                str(params["token_file"]),
+                str(params["tls_ca_file"]),
             )
             with self._lock:
                 if self.stop.is_set():
@@ -212,7 +216,7 @@ class RobotNode(WorkerNode):
                 self._client = client
             num_samples = len(self.buffer)
             # only what the operator declared: the robot sends no label of its own making
-            labels = {k: str(p[k]) for k in ("platform", "environment") if str(p[k])}
+            labels = {k: str(params[k]) for k in ("platform", "environment") if str(params[k])}
             card = self._join_model(client, num_samples, labels)
             if card is None:
                 return  # stopped while waiting for the coordinator
