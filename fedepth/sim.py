@@ -375,12 +375,14 @@ class Fleet:
         return self.scenario.clients
 
 
-def _client_rgb(client: Client) -> _Concat:
+def _client_rgb(client: Client) -> _ConcatenatedFrames:
     """A lazy indexable over the RGB frames of all of a client's sequences."""
-    return _Concat([s.rgb_frames() for s in client.sequences])
+    return _ConcatenatedFrames([s.rgb_frames() for s in client.sequences])
 
 
-class _Concat:
+class _ConcatenatedFrames:
+    """Several lazy frame sequences read as one, in order (frame i of the whole)."""
+
     def __init__(self, parts: list[Any]) -> None:
         self.parts = parts
         self.offsets = np.cumsum([0] + [len(p) for p in parts])
@@ -431,9 +433,8 @@ def prepare_fleet(
         )
     queries = []
     for seq in scenario.test:
-        head = _Concat([seq.rgb_frames()])
         n = min(len(seq), config.descriptor_frames)
-        first = _Head(head, n)
+        first = _FirstFrames(seq.rgb_frames(), n)
         desc, feats = extractor.extract_with_features(first, to_tensor=to_tensor)
         queries.append(
             (seq, desc, {BASIS_KEY: clustering.subspace_basis(feats.T, config.pacfl_basis)})
@@ -441,7 +442,10 @@ def prepare_fleet(
     return Fleet(scenario, infos, queries, time.perf_counter() - t0)
 
 
-class _Head:
+class _FirstFrames:
+    """The first ``n`` frames of a lazy frame sequence (what a robot has seen at the start of a
+    deployment)."""
+
     def __init__(self, frames: Any, n: int) -> None:
         self.frames, self.n = frames, n
 
@@ -451,7 +455,7 @@ class _Head:
     def __getitem__(self, i: int) -> Any:
         if not 0 <= i < self.n:
             raise IndexError(i)
-        return self.frames[i]
+        return self.frames[int(i)]
 
 
 def eval_indices(n: int, k: int) -> list[int]:

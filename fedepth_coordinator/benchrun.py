@@ -157,8 +157,8 @@ def _launch_key(method: str, params: Mapping[str, Any]) -> str:
     return json.dumps([method, dict(params)], sort_keys=True, default=str)
 
 
-class _Launch:
-    """A coordinator process being started in the background."""
+class _CoordinatorStart:
+    """A coordinator process being started in the background (a thread waits for its port)."""
 
     def __init__(self, key: str, coordinator: CoordinatorProcess, sdir: Path) -> None:
         self.key, self.coordinator, self.sdir = key, coordinator, sdir
@@ -184,7 +184,7 @@ class _Launch:
 
 
 @dataclass
-class _Drive:
+class _ObservedRun:
     """What the parent saw of one run: when the fleet formed, evaluations, round history."""
 
     formed_at: float | None = None
@@ -230,7 +230,7 @@ class GrpcBench:
         self._tokens: dict[str, str] = {}
         self._sessions = 0
         self._launches = 0
-        self._next: _Launch | None = None
+        self._next: _CoordinatorStart | None = None
         self._ready = False
         self._broken = False
 
@@ -438,7 +438,7 @@ class GrpcBench:
             )
         return out
 
-    def _launch(self, method: str, params: dict[str, Any]) -> _Launch:
+    def _launch(self, method: str, params: dict[str, Any]) -> _CoordinatorStart:
         """Start a coordinator for ``method`` in the background (a thread waits for its port)."""
         sdir = self.workdir / f"{self._launches:03d}-{method}"
         self._launches += 1
@@ -449,11 +449,11 @@ class GrpcBench:
             self._coordinator_config(method, params, sdir / "state"),
             log_path=sdir / "coordinator.log",
         )
-        launch = _Launch(_launch_key(method, params), coordinator, sdir)
+        launch = _CoordinatorStart(_launch_key(method, params), coordinator, sdir)
         launch.thread.start()
         return launch
 
-    def _discard(self, launch: _Launch | None) -> None:
+    def _discard(self, launch: _CoordinatorStart | None) -> None:
         if launch is not None:
             launch.thread.join()
             if launch.coordinator.proc is not None:
@@ -499,7 +499,7 @@ class GrpcBench:
             )
             if then is not None:
                 self._next = self._launch(then[0], self._params(*then))
-            drive = self._drive(k, method, target, coordinator, bar)
+            observed = self._observe_run(k, method, target, coordinator, bar)
             result_dir = w / "results" / f"{k:03d}"
             self._wait(
                 lambda: all((result_dir / f"{rid}.json").exists() for rid in self.ids),
@@ -528,23 +528,23 @@ class GrpcBench:
             rows = json.loads((result_dir / f"{rid}.json").read_text(encoding="utf-8"))
             reports[rid] = {int(r): row for r, row in rows.items()}
         # setup: coordinator start-up, then registration, descriptors and clustering
-        formed = drive.formed_at if drive.formed_at is not None else t_session
+        formed = observed.formed_at if observed.formed_at is not None else t_session
         setup = start_s + (formed - t_session)
-        return self._method_run(method, params, strategy, reports, drive, setup, peak_rss)
+        return self._method_run(method, params, strategy, reports, observed, setup, peak_rss)
 
-    def _drive(
+    def _observe_run(
         self,
         k: int,
         method: str,
         target: str,
         coordinator: CoordinatorProcess,
         bar: tqdm[Any],
-    ) -> _Drive:
+    ) -> _ObservedRun:
         """Follow the run as an operator: evaluate the routed models after each evaluated round
         (then open its gate), until the last round closed."""
         cfg = self.config
         evals = eval_rounds(cfg)
-        out = _Drive()
+        out = _ObservedRun()
         with CoordinatorClient(open_channel(target), OPERATOR, self._tokens[OPERATOR]) as op:
             closed = [0]
 
@@ -578,11 +578,11 @@ class GrpcBench:
         params: Mapping[str, Any],
         strategy: Strategy,
         reports: dict[str, dict[int, dict[str, Any]]],
-        drive: _Drive,
+        observed: _ObservedRun,
         setup: float,
         peak_rss: int,
     ) -> GrpcMethodRun:
-        cfg, history, tests = self.config, drive.history, drive.tests
+        cfg, history, tests = self.config, observed.history, observed.tests
         records: list[RoundRecord] = []
         for rnd in range(cfg.rounds):
             per = [reports[rid][rnd] for rid in self.ids]  # scenario order, as in-process
@@ -634,7 +634,7 @@ class GrpcBench:
             clusters,
             self.fleet.descriptor_seconds,
             setup,
-            drive.samples,
+            observed.samples,
             out_params,
             strategy,
             transport=transport,
@@ -690,8 +690,8 @@ class _TimedClient(CoordinatorClient):
         return out
 
 
-class _Parent:
-    """Exit when the benchmark process that started this robot is gone."""
+class _ParentWatchdog:
+    """Waits for a file the benchmark process writes; exits when that process is gone."""
 
     def __init__(self) -> None:
         self.pid = os.getppid()
@@ -719,14 +719,14 @@ class _RobotSession:
     sequences: list[Any]
     config: SimConfig
     model: Any
-    parent: _Parent
+    watchdog: _ParentWatchdog
     memory: dict[str, State] = field(default_factory=dict)
     rounds: dict[int, dict[str, float]] = field(default_factory=dict)
 
     def train(self, rnd: int, task: TrainTask) -> ClientUpdate:
         t0 = time.perf_counter()
         if rnd - 1 in self.gates:  # the parent evaluates round rnd - 1 first
-            self.parent.wait_for(self.workdir / "gates" / f"{self.index:03d}-{rnd - 1}")
+            self.watchdog.wait_for(self.workdir / "gates" / f"{self.index:03d}-{rnd - 1}")
         gate_s = time.perf_counter() - t0
         if task.recipe != self.config.recipe(rnd):  # the in-process run's, over the wire
             raise BenchRunError(
@@ -755,7 +755,7 @@ def robot_main(workdir: Path, rid: str) -> int:
     from fedepth.data.scenario import load_scenario
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    parent = _Parent()
+    watchdog = _ParentWatchdog()
     spec = json.loads((workdir / "fleet.json").read_text(encoding="utf-8"))
     token = json.loads((workdir / "tokens.json").read_text(encoding="utf-8"))[rid]
     me = spec["robots"][rid]
@@ -782,14 +782,14 @@ def robot_main(workdir: Path, rid: str) -> int:
         (workdir / "robots" / f"{rid}.ready").touch()
         k = 0
         while True:
-            found = parent.wait_for(
+            found = watchdog.wait_for(
                 workdir / "sessions" / f"{k:03d}.json", workdir / "sessions" / "end"
             )
             if found.name == "end":
                 return 0
             session = json.loads(found.read_text(encoding="utf-8"))
             robot = _RobotSession(
-                workdir, k, set(session["gates"]), rid, cid, sequences, cfg, model, parent
+                workdir, k, set(session["gates"]), rid, cid, sequences, cfg, model, watchdog
             )
             client = _TimedClient(open_channel(session["target"]), rid, token)
             with client:

@@ -459,7 +459,10 @@ def _generate_nyu(out: Path, profile: Profile, seed: int, progress: tqdm) -> lis
 
 
 @dataclass(frozen=True)
-class _Drive:
+class _KittiDriveSpec:
+    """One synthetic KITTI drive to render: its directory name, date (camera), scene style,
+    split and number of frames."""
+
     name: str
     date: str
     style: str
@@ -467,7 +470,7 @@ class _Drive:
     frames: int
 
 
-def _kitti_drives(profile: Profile, seed: int) -> list[_Drive]:
+def _kitti_drives(profile: Profile, seed: int) -> list[_KittiDriveSpec]:
     rng = np.random.default_rng(stable_seed(seed, "kitti-drives"))
     dates = list(KITTI_DATES)
     drives = []
@@ -482,7 +485,7 @@ def _kitti_drives(profile: Profile, seed: int) -> list[_Drive]:
             else profile.test_samples
         )
         drives.append(
-            _Drive(
+            _KittiDriveSpec(
                 f"{date}_drive_{k + 1:04d}_sync",
                 date,
                 style,
@@ -513,10 +516,10 @@ def _lidar_mask(
     return np.where(keep & (depth > 0), depth, 0.0).astype(np.float32)
 
 
-_DriveTask = tuple[_Drive, Path, int, Profile]
+_KittiDriveTask = tuple[_KittiDriveSpec, Path, int, Profile]
 
 
-def _render_drive(task: _DriveTask, progress: tqdm | None = None) -> list[str]:
+def _render_drive(task: _KittiDriveTask, progress: tqdm | None = None) -> list[str]:
     """Render one drive into the raw and annotated trees; returns its split-file lines."""
     d, root, seed, profile = task
     data_path, gt_path = root / "raw", root / "gt"
