@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -65,17 +64,6 @@ def stack_descriptors(descriptors: Sequence[Descriptor]) -> tuple[np.ndarray, np
     if not descriptors:
         raise ValueError("no descriptors given")
     return (np.stack([d.mean for d in descriptors]), np.stack([d.var for d in descriptors]))
-
-
-def save_descriptors(
-    path: str | Path, descriptors: Sequence[Descriptor], names: Sequence[str] | None = None
-) -> None:
-    """Write ``means``, ``variances`` (N x D) and optional ``names`` to an .npz file."""
-    means, variances = stack_descriptors(descriptors)
-    arrays: dict[str, Any] = {"means": means, "variances": variances}
-    if names is not None:
-        arrays["names"] = np.asarray(list(names), dtype=str)
-    np.savez(path, **arrays)
 
 
 class RunningMoments:

@@ -39,11 +39,6 @@ def frame(n: int) -> bytes:
             return bytes(out)
 
 
-def data_message(data: bytes | memoryview) -> bytes:
-    """A whole encoded data message (``iter_chunks(..., frame=frame)`` avoids this copy)."""
-    return frame(len(data)) + bytes(data)
-
-
 def serialize(message: Message | bytes) -> bytes:
     """Serializer of a streamed message type: encoded data messages pass through."""
     if isinstance(message, bytes):

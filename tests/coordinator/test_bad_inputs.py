@@ -143,7 +143,8 @@ def _truncated(w: World) -> Any:
 
 def _oversized(w: World) -> Any:
     u = w.update()
-    big = wire.data_message(bytes(5 << 20))  # over the 4 MiB message limit
+    data = bytes(5 << 20)  # over the 4 MiB message limit
+    big = wire.frame(len(data)) + data
     return w.upload_raw(u, iter([big]))
 
 

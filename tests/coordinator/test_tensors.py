@@ -61,7 +61,7 @@ def test_big_endian_arrays_travel_little_endian() -> None:
 @settings(max_examples=40, deadline=None)
 @given(data=st.binary(max_size=3000))
 def test_wire_frames_equal_protobuf_and_decode_without_copy(data: bytes) -> None:
-    encoded = wire.data_message(data)
+    encoded = wire.frame(len(data)) + data
     for cls in (pb.DownloadMessage, pb.UploadMessage, pb.RouteMessage):
         assert encoded == cls(data=data).SerializeToString()
         decoded = wire.deserializer(cls)(encoded)
@@ -69,7 +69,7 @@ def test_wire_frames_equal_protobuf_and_decode_without_copy(data: bytes) -> None
     framed = next(
         iter_chunks([{"x": np.frombuffer(data + b"\0", np.uint8)}], 10_000, frame=wire.frame)
     )
-    assert framed == wire.data_message(data + b"\0")
+    assert framed == wire.frame(len(data) + 1) + data + b"\0"
 
 
 def test_wire_deserializer_parses_other_messages_with_protobuf() -> None:
