@@ -123,3 +123,21 @@ def test_clustered_strategy_uses_its_cluster_rule() -> None:
     ]
     s.aggregate_train(0, ups)
     np.testing.assert_allclose(s.model_for("c0")["w"], [2.0])
+
+
+def test_cluster_without_members_keeps_its_previous_model() -> None:
+    previous = [_s(7.0), _s(9.0)]
+    M = np.array([[1, 1], [0, 0]], dtype=bool)
+    ks = cluster_models([_s(1.0), _s(3.0)], [1, 3], M, previous=previous)
+    np.testing.assert_allclose(ks[0]["w"], (1 * 1 + 3 * 3) / 4)
+    assert ks[1] is previous[1]
+    with pytest.raises(ValueError, match="1 previous states given for 2 clusters"):
+        cluster_models([_s(1.0), _s(3.0)], [1, 3], M, previous=previous[:1])
+
+
+def test_cluster_rule_replaces_the_weighted_mean() -> None:
+    median = functools.partial(robust_mean, method="median")
+    ks = cluster_models(
+        [_s(1.0), _s(2.0), _s(9.0)], [1, 1, 100], np.ones((1, 3), bool), rule=median
+    )
+    np.testing.assert_allclose(ks[0]["w"], 2.0)  # the sizes do not weigh the median

@@ -7,13 +7,15 @@ accumulate in float64 and are cast back to each tensor's dtype; integer tensors 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 State = Mapping[str, np.ndarray]
+#: How one cluster's model is made from its members' states and sample counts.
+ClusterRule = Callable[[Sequence[State], Sequence[float]], State]
 
 
 def weighted_mean(
@@ -32,13 +34,8 @@ def weighted_mean(
     if not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
         raise ValueError(f"weights must be finite, non-negative and sum to > 0, got {w.tolist()}")
     w = w / w.sum()
-    names = list(states[0].keys())
-    for i, s in enumerate(states[1:], start=1):
-        if list(s.keys()) != names:
-            missing = set(names) ^ set(s.keys())
-            raise ValueError(f"state {i} has different tensor names: {sorted(missing)[:5]}")
     out: dict[str, np.ndarray] = {}
-    for name in names:
+    for name in _check_names(states, "weighted_mean"):
         ref = np.asarray(states[0][name])
         acc = np.zeros(ref.shape, dtype=np.float64)
         for wi, s in zip(w, states, strict=True):
@@ -47,9 +44,7 @@ def weighted_mean(
                 raise ValueError(f"tensor {name!r}: shape {t.shape} differs from {ref.shape}")
             if wi:
                 acc += wi * t
-        if np.issubdtype(ref.dtype, np.integer) or ref.dtype == np.bool_:
-            acc = np.rint(acc)
-        out[name] = acc.astype(ref.dtype, copy=False)
+        out[name] = _cast(acc, ref.dtype)
     return out
 
 
@@ -137,11 +132,19 @@ def robust_mean(
 
 
 def cluster_models(
-    states: Sequence[State], sizes: Sequence[float] | npt.ArrayLike, M_star: npt.ArrayLike
-) -> list[dict[str, np.ndarray]]:
+    states: Sequence[State],
+    sizes: Sequence[float] | npt.ArrayLike,
+    M_star: npt.ArrayLike,
+    *,
+    rule: ClusterRule | None = None,
+    previous: Sequence[State] | None = None,
+) -> list[State]:
     """Cluster model k = data-size weighted mean of its members' states (paper: w_k^t).
 
-    ``states[c]`` and ``sizes[c]`` belong to client c (column c of the K x N map ``M_star``).
+    ``states[c]`` and ``sizes[c]`` belong to client c (column c of the K x N map ``M_star``);
+    members are taken in client order. ``rule`` replaces the weighted mean (e.g.
+    :func:`robust_mean` with its ``method``). A cluster without members keeps ``previous[k]``
+    (a round in which none of its members reported); without ``previous`` it is an error.
     """
     m = np.asarray(M_star, dtype=bool)
     sz = np.asarray(sizes, dtype=np.float64).reshape(-1)
@@ -149,12 +152,18 @@ def cluster_models(
         raise ValueError(
             f"map {m.shape}, {len(states)} states and {sz.size} sizes do not agree on N clients"
         )
-    out = []
+    if previous is not None and len(previous) != m.shape[0]:
+        raise ValueError(f"{len(previous)} previous states given for {m.shape[0]} clusters")
+    aggregate = rule or weighted_mean
+    out: list[State] = []
     for k, row in enumerate(m):
         members = np.flatnonzero(row)
-        if members.size == 0:
+        if members.size:
+            out.append(aggregate([states[int(c)] for c in members], sz[members].tolist()))
+        elif previous is not None:
+            out.append(previous[k])
+        else:
             raise ValueError(f"cluster {k} has no members")
-        out.append(weighted_mean([states[int(c)] for c in members], sz[members]))
     return out
 
 

@@ -19,7 +19,7 @@ algorithm file only says how clusters are formed and what its clients run.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -28,7 +28,13 @@ import numpy as np
 from fedepth import clustering
 from fedepth.descriptor import Descriptor
 from fedepth.recipe import TrainRecipe
-from fedepth.strategies.aggregate import State, client_models, weighted_mean
+from fedepth.strategies.aggregate import (
+    ClusterRule,
+    State,
+    client_models,
+    cluster_models,
+    weighted_mean,
+)
 
 #: A read-only view of a state. An update's tensors may live on disk (the coordinator spills
 #: uploads to files and reads them back tensor by tensor while aggregating), so strategies read
@@ -198,7 +204,7 @@ class ClusteredStrategy(Strategy):
     #: counts) -> state. Default the data-size weighted mean; a robust rule (coordinate-wise
     #: trimmed mean or median, :func:`~fedepth.strategies.aggregate.robust_mean`) can be set
     #: on an instance. Strategies that override :meth:`aggregate_train` ignore it.
-    cluster_rule: Callable[[Sequence[State], Sequence[float]], State] | None = None
+    cluster_rule: ClusterRule | None = None
 
     def setup(self, initial: State) -> None:
         self.M_star = np.asarray(self.form_clusters(), dtype=bool)
@@ -220,12 +226,14 @@ class ClusteredStrategy(Strategy):
         if not updates:
             return
         by_index = {self.index(u.cid): u for u in updates}
-        for k, row in enumerate(self.M_star):
-            members = [c for c in np.flatnonzero(row) if int(c) in by_index]
-            if members:
-                ups = [by_index[int(c)] for c in members]
-                rule = self.cluster_rule or weighted_mean
-                self.cluster_states[k] = rule([u.state for u in ups], [u.num_samples for u in ups])
+        reported = sorted(by_index)  # client order, as the map's columns
+        self.cluster_states = cluster_models(
+            [by_index[c].state for c in reported],
+            [by_index[c].num_samples for c in reported],
+            self.M_star[:, reported],
+            rule=self.cluster_rule,
+            previous=self.cluster_states,
+        )
         self._client_cache.clear()
 
     def model_for(self, cid: str) -> State:
