@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from fedepth import clustering
 from fedepth.client import RoundResult, train_round
+from fedepth.data.crops import evaluation_crop
 from fedepth.data.scenario import Client, Scenario
 from fedepth.data.sequence import Sequence as RGBDSequence
 from fedepth.data.torchdata import FrameDataset, resize_frame
@@ -466,7 +467,8 @@ def eval_indices(n: int, k: int) -> list[int]:
 def evaluate_sequence(
     model: DepthModel, seq: RGBDSequence, config: SimConfig
 ) -> tuple[dict[str, float], list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
-    """Mean metrics over a sequence's evaluation frames (at the training resolution), and the
+    """Mean metrics over a sequence's evaluation frames (at the training resolution, inside
+    its source benchmark's crop: :func:`~fedepth.data.crops.evaluation_crop`), and the
     (rgb, gt, pred) of its first evaluation frame for pictures."""
     rows: list[dict[str, float]] = []
     sample: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -476,10 +478,15 @@ def evaluate_sequence(
             rgb, depth = resize_frame(seq[i], config.image_size)
             pred = model(rgb[None])[0, 0].numpy()
             gt = depth[0].numpy()
+            crop = evaluation_crop(seq.meta.source, (gt.shape[0], gt.shape[1]))
             valid = (gt > seq.meta.min_depth) & (gt < seq.meta.max_depth)
+            if crop is not None:
+                valid &= crop
             if not valid.any():
                 continue
-            rows.append(compute_errors(gt, pred, seq.meta.min_depth, seq.meta.max_depth))
+            rows.append(
+                compute_errors(gt, pred, seq.meta.min_depth, seq.meta.max_depth, mask=crop)
+            )
             if not sample:
                 sample.append((rgb.permute(1, 2, 0).numpy(), gt, pred))
     if not rows:

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from fedepth.metrics import METRICS, compute_errors, crop_mask, evaluate_images, mean_errors
+from fedepth.data.crops import nyu_eigen_crop_mask
+from fedepth.metrics import METRICS, compute_errors, mean_errors
 
 
 def test_hand_computed_metrics() -> None:
@@ -67,40 +68,15 @@ def test_no_valid_pixel_raises() -> None:
 def test_averaging_is_per_image_then_mean() -> None:
     gt_a, pred_a = np.ones((1, 2)), np.full((1, 2), 2.0)  # abs_rel 1, on 2 pixels
     gt_b, pred_b = np.ones((3, 3)), np.ones((3, 3))  # abs_rel 0, on 9 pixels
-    gt_c = np.zeros((2, 2))  # no valid pixel: skipped
-    out = evaluate_images(
-        [gt_a, gt_b, gt_c], [pred_a, pred_b, np.ones((2, 2))], min_depth=0.1, max_depth=10.0
-    )
-    assert out["abs_rel"] == 0.5  # not the pixel-pooled 2/11
-    assert out["num_images"] == 2.0
     rows = [compute_errors(gt_a, pred_a, 0.1, 10.0), compute_errors(gt_b, pred_b, 0.1, 10.0)]
-    assert mean_errors(rows)["abs_rel"] == 0.5
+    assert mean_errors(rows)["abs_rel"] == 0.5  # not the pixel-pooled 2/11
 
 
-def test_eigen_nyu_crop() -> None:
-    m = crop_mask((480, 640), "eigen_nyu")
-    rows, cols = np.nonzero(m)
-    assert (rows.min(), rows.max(), cols.min(), cols.max()) == (45, 470, 41, 600)
-
-
-def test_garg_crop_on_kitti_frame() -> None:
-    m = crop_mask((375, 1242), "garg")
-    rows, cols = np.nonzero(m)
-    # int(0.40810811 * 375) = 153, int(0.99189189 * 375) = 371,
-    # int(0.03594771 * 1242) = 44, int(0.96405229 * 1242) = 1197
-    assert (rows.min(), rows.max(), cols.min(), cols.max()) == (153, 370, 44, 1196)
-
-
-def test_crop_in_evaluate_images() -> None:
+def test_mask_restricts_the_pixels() -> None:
     gt = np.ones((480, 640))
     pred = np.ones((480, 640))
-    pred[0, 0] = 5.0  # outside the Eigen crop
-    out = evaluate_images(
-        [gt[None]], [pred[None]], min_depth=0.1, max_depth=10.0, crop="eigen_nyu"
+    pred[0, 0] = 5.0  # outside the NYUv2 Eigen crop
+    assert (
+        compute_errors(gt, pred, 0.1, 10.0, mask=nyu_eigen_crop_mask(gt.shape))["abs_rel"] == 0.0
     )
-    assert out["abs_rel"] == 0.0
-
-
-def test_unknown_crop() -> None:
-    with pytest.raises(ValueError, match="unknown crop"):
-        crop_mask((4, 4), "eigen")  # type: ignore[arg-type]
+    assert compute_errors(gt, pred, 0.1, 10.0)["abs_rel"] > 0.0

@@ -13,7 +13,10 @@ import torch
 
 from fedepth.bench import BenchSpec, ensure_weights, run_benchmark, sim_config
 from fedepth.cli import main
+from fedepth.data.crops import evaluation_crop
 from fedepth.data.scenario import Scenario, load_scenario
+from fedepth.data.torchdata import resize_frame
+from fedepth.metrics import compute_errors, mean_errors
 from fedepth.models import get_state
 from fedepth.sim import (
     Fleet,
@@ -21,6 +24,8 @@ from fedepth.sim import (
     SimConfig,
     Simulation,
     distinct_payloads,
+    eval_indices,
+    evaluate_sequence,
     initial_model,
     prepare_fleet,
     pretrain,
@@ -274,3 +279,27 @@ def test_pretraining_settings_name_their_own_cache_entry(
     with pytest.raises(SystemExit):
         main(["pretrain", "--scenario", "hpe", "--threads", "0", "--out", str(tmp_path / "w")])
     assert "--threads: 0 must be >= 1" in capsys.readouterr().err
+
+
+class _ConstantDepth(torch.nn.Module):
+    def forward(self, rgb: torch.Tensor) -> torch.Tensor:
+        return torch.full((rgb.shape[0], 1, *rgb.shape[2:]), 3.0)
+
+
+def test_test_frames_are_scored_inside_their_benchmarks_crop(smoke_bmr: Path) -> None:
+    config = replace(CFG, eval_frames=2)
+    model = _ConstantDepth()
+    for seq in load_scenario(smoke_bmr).test:  # NYUv2 (Eigen crop) and KITTI (Garg crop)
+        got, _ = evaluate_sequence(model, seq, config)  # type: ignore[arg-type]
+        rows = []
+        for i in eval_indices(len(seq), config.eval_frames):
+            _, depth = resize_frame(seq[i], config.image_size)
+            gt = depth[0].numpy()
+            crop = evaluation_crop(seq.meta.source, gt.shape)
+            assert crop is not None and not crop.all(), seq.meta.source
+            rows.append(
+                compute_errors(
+                    gt, np.full_like(gt, 3.0), seq.meta.min_depth, seq.meta.max_depth, mask=crop
+                )
+            )
+        assert got == mean_errors(rows), seq.name

@@ -1,8 +1,9 @@
-"""Standard evaluation crops: KITTI KB (benchmark) crop, Garg and Eigen masks, NYUv2 Eigen crop.
+"""The evaluation crops of the source benchmarks: NYUv2's Eigen crop and KITTI's Garg crop.
 
-The fractions and pixel boxes are those of the BTS / AdaBins / NeWCRFs evaluation code. For an
-image smaller than the datasets' native size (the synthetic ``smoke`` and ``small`` profiles), the
-pixel boxes are scaled with the image; at native size they are exact.
+Boxes as in the BTS / AdaBins / NeWCRFs evaluation code. An image smaller than the dataset's
+native size (the synthetic profiles, or any frame resized to the training resolution) gets the
+box scaled with the image; at native size it is exact. :func:`evaluation_crop` picks a
+sequence's crop from its source; the simulation scores test frames inside it.
 """
 
 from __future__ import annotations
@@ -14,32 +15,18 @@ BoolArray = npt.NDArray[np.bool_]
 
 #: KITTI Garg crop, as fractions of (H, W): rows 0.40810811H..0.99189189H, cols 0.03594771W..
 GARG_CROP = (0.40810811, 0.99189189, 0.03594771, 0.96405229)
-#: KITTI Eigen crop, fractions of (H, W).
-EIGEN_CROP_KITTI = (0.3324324, 0.91351351, 0.0359477, 0.96405229)
 #: NYUv2 Eigen crop at 480 x 640: rows 45:471, cols 41:601.
 NYU_EIGEN_CROP = (45, 471, 41, 601)
 NYU_SIZE = (480, 640)
-#: KITTI benchmark (KB) crop: 352 x 1216 at the bottom centre of a ~375 x 1242 image.
-KB_CROP_SIZE = (352, 1216)
-KITTI_NOMINAL_SIZE = (375, 1242)
-
-
-def _fraction_mask(shape: tuple[int, int], box: tuple[float, float, float, float]) -> BoolArray:
-    h, w = shape
-    mask = np.zeros((h, w), dtype=bool)
-    top, bottom, left, right = box
-    mask[int(top * h) : int(bottom * h), int(left * w) : int(right * w)] = True
-    return mask
 
 
 def garg_crop_mask(shape: tuple[int, int]) -> BoolArray:
     """Garg et al.'s KITTI evaluation crop as a boolean (H, W) mask."""
-    return _fraction_mask(shape, GARG_CROP)
-
-
-def eigen_crop_mask_kitti(shape: tuple[int, int]) -> BoolArray:
-    """Eigen et al.'s KITTI evaluation crop as a boolean (H, W) mask."""
-    return _fraction_mask(shape, EIGEN_CROP_KITTI)
+    h, w = shape
+    top, bottom, left, right = GARG_CROP
+    mask = np.zeros((h, w), dtype=bool)
+    mask[int(top * h) : int(bottom * h), int(left * w) : int(right * w)] = True
+    return mask
 
 
 def nyu_eigen_crop_mask(shape: tuple[int, int]) -> BoolArray:
@@ -52,24 +39,11 @@ def nyu_eigen_crop_mask(shape: tuple[int, int]) -> BoolArray:
     return mask
 
 
-def kb_crop_box(shape: tuple[int, int]) -> tuple[int, int, int, int]:
-    """(top, left, height, width) of the KITTI benchmark crop.
-
-    At native size: ``top = H - 352``, ``left = (W - 1216) // 2`` as in BTS. A smaller image gets
-    the box scaled by its size relative to KITTI's nominal 375 x 1242.
-    """
-    h, w = shape
-    ch, cw = KB_CROP_SIZE
-    if h < ch or w < cw:
-        ch = max(1, round(ch * h / KITTI_NOMINAL_SIZE[0]))
-        cw = max(1, round(cw * w / KITTI_NOMINAL_SIZE[1]))
-        ch, cw = min(ch, h), min(cw, w)
-    return h - ch, (w - cw) // 2, ch, cw
-
-
-def kb_crop_mask(shape: tuple[int, int]) -> BoolArray:
-    """The KB crop as a boolean (H, W) mask."""
-    top, left, ch, cw = kb_crop_box(shape)
-    mask = np.zeros(shape, dtype=bool)
-    mask[top : top + ch, left : left + cw] = True
-    return mask
+def evaluation_crop(source: str, shape: tuple[int, int]) -> BoolArray | None:
+    """The (H, W) evaluation crop of a sequence from ``source``: the Eigen crop for ``nyu``,
+    the Garg crop for ``kitti``, None (the whole image) for others such as ``m3ed``."""
+    if source == "nyu":
+        return nyu_eigen_crop_mask(shape)
+    if source == "kitti":
+        return garg_crop_mask(shape)
+    return None

@@ -1,4 +1,4 @@
-"""KITTI reader on a hand-made tree: uint16 / 256 scaling, split lines, crops, corrupt input."""
+"""KITTI reader on a hand-made tree: uint16 / 256 scaling, split lines, corrupt input."""
 
 from __future__ import annotations
 
@@ -10,13 +10,6 @@ from handmade_datasets import write_kitti
 from PIL import Image
 
 from fedepth.data import DataError, KittiSequence
-from fedepth.data.crops import (
-    eigen_crop_mask_kitti,
-    garg_crop_mask,
-    kb_crop_box,
-    kb_crop_mask,
-    nyu_eigen_crop_mask,
-)
 
 
 def test_depth_scaling_and_none_lines(tmp_path: Path) -> None:
@@ -86,24 +79,3 @@ def test_rgb_png_is_not_a_depth_map(tmp_path: Path) -> None:
     Image.fromarray(np.zeros((5, 12, 3), np.uint8)).save(bad)
     with pytest.raises(DataError, match=r"expected a single-channel 16-bit PNG"):
         KittiSequence(split, data, gt)[0]
-
-
-def test_crops_at_native_size() -> None:
-    assert kb_crop_box((375, 1242)) == (23, 13, 352, 1216)
-    kb = kb_crop_mask((375, 1242))
-    assert kb.sum() == 352 * 1216 and kb[23, 13] and not kb[22, 13] and not kb[23, 1229]
-    garg = garg_crop_mask((375, 1242))
-    assert garg.sum() == (int(0.99189189 * 375) - int(0.40810811 * 375)) * (
-        int(0.96405229 * 1242) - int(0.03594771 * 1242)
-    )
-    assert garg[153, 44] and not garg[152, 44]
-    eig = eigen_crop_mask_kitti((375, 1242))
-    assert eig[124, 44] and not eig[123, 44]
-    nyu = nyu_eigen_crop_mask((480, 640))
-    assert nyu.sum() == (471 - 45) * (601 - 41) and nyu[45, 41] and not nyu[44, 41]
-
-
-def test_crops_scale_to_small_images() -> None:
-    top, left, h, w = kb_crop_box((38, 124))
-    assert (h, w) == (36, 121) and top == 2 and left == 1
-    assert nyu_eigen_crop_mask((48, 64)).sum() == (47 - 4) * (60 - 4)
