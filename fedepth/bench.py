@@ -34,6 +34,7 @@ import numpy as np
 
 from fedepth import clustering
 from fedepth.data.scenario import Scenario, load_scenario
+from fedepth.depth_range import FLEET
 from fedepth.descriptor import stack_descriptors
 from fedepth.models import get_state, load_weights, save_weights
 from fedepth.runstate import (
@@ -265,7 +266,7 @@ def scenario_defaults(scenario: str) -> dict[str, Any]:
     indoor sequences are still scored with their own 10 m cap."""
     if scenario not in ("hpe", "bmr"):
         raise ValueError(f"unknown scenario {scenario!r}; choose hpe or bmr")
-    return {"min_depth": 1e-3, "max_depth": 80.0}
+    return {"min_depth": FLEET.min_depth, "max_depth": FLEET.max_depth}
 
 
 def ensure_data(spec: BenchSpec) -> Path:

@@ -10,7 +10,9 @@ coordinator from its ``training:`` section, over the wire in the download header
 process and a deployed ``robot_node`` given the same task and frames compute the same update.
 
 What stays local to a machine is not in it: the device, torch threads, the descriptor's frames.
-The defaults are those of :class:`fedepth.sim.SimConfig`.
+Its defaults are the project's one source of the training recipe's defaults: the simulation
+(:class:`fedepth.sim.SimConfig`), the coordinator's ``training:`` section and a robot's fallback
+recipe (``robot_node``'s parameters) take theirs from it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Literal
 from fedepth.training import OPTIMIZERS, SCHEDULES, OptimizerConfig, TrainConfig
 
 _INT64 = 1 << 63
+_OPTIMIZER = OptimizerConfig()
 
 
 def client_seed(seed: int, rnd: int, cid: str) -> int:
@@ -81,14 +84,15 @@ class TrainRecipe:
 
     local_steps: int = 5
     batch_size: int = 4
-    optimizer: Literal["adamw", "adam", "sgd"] = "adamw"
-    lr: float = 1e-4
-    weight_decay: float = 1e-2
-    momentum: float = 0.0
-    grad_clip: float | None = 1.0
-    schedule: Literal["constant", "cosine"] = "constant"
-    warmup_steps: int = 0
-    final_lr_fraction: float = 0.1
+    # the optimizer's defaults are those of fedepth.training.OptimizerConfig
+    optimizer: Literal["adamw", "adam", "sgd"] = _OPTIMIZER.name
+    lr: float = _OPTIMIZER.lr
+    weight_decay: float = _OPTIMIZER.weight_decay
+    momentum: float = _OPTIMIZER.momentum
+    grad_clip: float | None = _OPTIMIZER.grad_clip
+    schedule: Literal["constant", "cosine"] = _OPTIMIZER.schedule
+    warmup_steps: int = _OPTIMIZER.warmup_steps
+    final_lr_fraction: float = _OPTIMIZER.final_lr_fraction
     image_size: tuple[int, int] = (48, 64)
     flip: bool = True
     seed: int = 0

@@ -35,6 +35,7 @@ from fedepth.data.crops import evaluation_crop
 from fedepth.data.scenario import Client, Scenario
 from fedepth.data.sequence import Sequence as RGBDSequence
 from fedepth.data.torchdata import FrameDataset, resize_frame
+from fedepth.depth_range import FLEET
 from fedepth.descriptor import Descriptor, DescriptorExtractor
 from fedepth.metrics import compute_errors, mean_errors
 from fedepth.models import DepthModel, create_model, set_state
@@ -63,38 +64,41 @@ PRETRAIN_THREADS = 2
 #: code changes what a pretraining run with the same settings produces
 PRETRAIN_REGIME = 3
 
+_RECIPE = TrainRecipe()
+
 
 @dataclass(frozen=True)
 class SimConfig:
     """Everything that determines a simulated run (saved next to the results)."""
 
     model: str = "newcrfs-lite"
-    image_size: tuple[int, int] = (48, 64)
+    # the client recipe's settings default to fedepth.recipe.TrainRecipe's (:meth:`recipe`)
+    image_size: tuple[int, int] = _RECIPE.image_size
     rounds: int = 10
-    local_steps: int = 5
-    batch_size: int = 4
-    lr: float = 1e-4
-    weight_decay: float = 1e-2
+    local_steps: int = _RECIPE.local_steps
+    batch_size: int = _RECIPE.batch_size
+    lr: float = _RECIPE.lr
+    weight_decay: float = _RECIPE.weight_decay
     #: optimizer of the local rounds: adamw | adam | sgd
-    optimizer: str = "adamw"
+    optimizer: str = _RECIPE.optimizer
     #: max global gradient norm of the local steps (None: no clipping)
-    grad_clip: float | None = 1.0
+    grad_clip: float | None = _RECIPE.grad_clip
     #: learning-rate schedule within a round's local steps: constant | cosine (to
     #: lr * final_lr_fraction at the last step), after warmup_steps of linear warmup
-    schedule: str = "constant"
-    warmup_steps: int = 0
-    final_lr_fraction: float = 0.1
+    schedule: str = _RECIPE.schedule
+    warmup_steps: int = _RECIPE.warmup_steps
+    final_lr_fraction: float = _RECIPE.final_lr_fraction
     #: learning-rate schedule ACROSS rounds (fedepth.recipe.round_lr): constant | cosine (to
     #: lr * round_final_lr_fraction in the last round); every client of a round gets its lr
     round_schedule: str = "constant"
     round_final_lr_fraction: float = 0.1
     #: left-right flip augmentation of the local rounds
-    flip: bool = True
-    min_depth: float = 1e-3
-    max_depth: float = 80.0
+    flip: bool = _RECIPE.flip
+    min_depth: float = FLEET.min_depth
+    max_depth: float = FLEET.max_depth
     #: lambda of the SILog loss, in pretraining and in every client round (None: the model's
     #: own, 0.85); lower values weigh a prediction's global scale more
-    variance_focus: float | None = None
+    variance_focus: float | None = _RECIPE.variance_focus
     descriptor_frames: int = 32
     pacfl_basis: int = 3
     eval_frames: int = 8

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from fedepth.depth_range import FLEET
 from fedepth.recipe import TrainRecipe, round_lr
 from fedepth.strategies.aggregate import AGGREGATIONS
 
@@ -169,8 +170,8 @@ class ModelConfig:
     #: of ``initial_weights`` wins over it.
     name: str | None = "newcrfs-lite"
     #: metric depth range of a fresh model (a weights file's card wins).
-    min_depth: float = 1e-3
-    max_depth: float = 80.0
+    min_depth: float = FLEET.min_depth
+    max_depth: float = FLEET.max_depth
     #: torch seed of a fresh model (no initial_weights).
     seed: int = 0
     #: safetensors file with the starting weights (with a model card); unset: a fresh seeded

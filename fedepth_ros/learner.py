@@ -29,6 +29,7 @@ from fedepth.strategies import ClientUpdate, TrainTask
 from fedepth.strategies.aggregate import State
 from fedepth.strategies.pacfl import BASIS_KEY
 from fedepth_ros.drift import window_descriptor
+from fedepth_ros.params import ROBOT_NODE
 from fedepth_ros.sync import FrameBuffer
 
 #: PACFL subspace dimension sent with every descriptor (SimConfig.pacfl_basis).
@@ -108,6 +109,7 @@ def set_threads(threads: int) -> int:
 
 
 log = logging.getLogger(__name__)
+_RECIPE = TrainRecipe()
 
 
 @dataclass
@@ -115,15 +117,15 @@ class LearnerConfig:
     """A robot's learner settings (robot_node parameters).
 
     Local to the robot: ``device``, ``descriptor_frames`` and ``image_size``, the input size of
-    the descriptor (None: frames as taken). ``local_steps``, ``batch_size``, ``learning_rate``
+    the descriptor (None: frames as taken). ``local_steps``, ``batch_size``, ``lr``
     (and ``image_size``, ``seed``) are only the FALLBACK recipe, for a coordinator that sends
     none (:meth:`fallback_recipe`); a task's recipe always wins.
     """
 
-    local_steps: int = 50
-    batch_size: int = 4
-    learning_rate: float = 1e-4
-    descriptor_frames: int = 32
+    local_steps: int = _RECIPE.local_steps
+    batch_size: int = _RECIPE.batch_size
+    lr: float = _RECIPE.lr
+    descriptor_frames: int = ROBOT_NODE["descriptor_frames"][0]
     image_size: tuple[int, int] | None = None
     device: str = "auto"
     seed: int = 0
@@ -134,7 +136,7 @@ class LearnerConfig:
         return TrainRecipe(
             local_steps=self.local_steps,
             batch_size=self.batch_size,
-            lr=self.learning_rate,
+            lr=self.lr,
             image_size=self.image_size or frame_size,
             seed=self.seed,
         )
@@ -249,7 +251,7 @@ class BufferLearner:
                 self._warn(
                     f"robot {self.robot_id}: the coordinator sent no training recipe; training "
                     f"with the local fallback (local_steps={fallback.local_steps}, batch_size="
-                    f"{fallback.batch_size}, learning_rate={fallback.lr:g}, image_size="
+                    f"{fallback.batch_size}, lr={fallback.lr:g}, image_size="
                     f"{fallback.image_size[0]}x{fallback.image_size[1]})"
                 )
         result = train_round(

@@ -10,6 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from fedepth.recipe import TrainRecipe
+
+_RECIPE = TrainRecipe()
+
 ParamSpec = Mapping[str, tuple[Any, str]]  # name -> (default, description)
 
 BAG_PLAYER: ParamSpec = {
@@ -49,15 +53,16 @@ ROBOT_NODE: ParamSpec = {
     "spill_dir": ("", "directory for frames evicted from memory ('' = no spill)"),
     "spill_size": (0, "frames kept on disk when spilling"),
     "descriptor_frames": (32, "frames sampled for the client descriptor"),
+    # the fallback recipe's defaults are the recipe's own (fedepth.recipe.TrainRecipe)
     "local_steps": (
-        50,
+        _RECIPE.local_steps,
         "optimizer steps per round, only if the coordinator sends no training recipe",
     ),
-    "batch_size": (4, "frames per step, only if the coordinator sends no training recipe"),
-    "learning_rate": (
-        0.0001,
-        "learning rate, only if the coordinator sends no training recipe",
+    "batch_size": (
+        _RECIPE.batch_size,
+        "frames per step, only if the coordinator sends no training recipe",
     ),
+    "lr": (_RECIPE.lr, "learning rate, only if the coordinator sends no training recipe"),
     "train_height": (
         0,
         "descriptor input is train_height x train_width (0 = as received); also the training "

@@ -7,7 +7,7 @@ bounded :class:`~fedepth_ros.sync.FrameBuffer`. A worker thread waits for
 :func:`fedepth_coordinator.robot.run_robot` with :class:`~fedepth_ros.learner.BufferLearner`
 as its training function: every round trains with the recipe the coordinator sends in the task
 (steps, batch, optimizer, learning rate and schedule, input size, flips, seed); the
-``local_steps``, ``batch_size``, ``learning_rate`` and ``train_height``/``train_width``
+``local_steps``, ``batch_size``, ``lr`` and ``train_height``/``train_width``
 parameters are used only when it sends none (with one warning). State goes out on
 ``fedepth/status`` (std_msgs/String, JSON) and ``/diagnostics`` every ``status_period`` s.
 Parameters: ``config/robot.yaml``, e.g.
@@ -97,7 +97,7 @@ class RobotNode(WorkerNode):
                 LearnerConfig(
                     local_steps=int(params["local_steps"]),
                     batch_size=int(params["batch_size"]),
-                    learning_rate=float(params["learning_rate"]),
+                    lr=float(params["lr"]),
                     descriptor_frames=int(params["descriptor_frames"]),
                     image_size=size,
                     device=str(params["device"]),

@@ -26,11 +26,10 @@ from PIL import Image
 from fedepth.data.camera import intrinsics_matrix
 from fedepth.data.errors import DataError
 from fedepth.data.sequence import Frame, Sequence, SequenceMeta
+from fedepth.depth_range import OUTDOOR
 
 log = logging.getLogger(__name__)
 
-MIN_DEPTH = 1e-3
-MAX_DEPTH = 80.0
 DEPTH_SCALE = 256.0
 #: KITTI raw is recorded at 10 Hz; a frame's stamp is its frame number times 100 ms.
 RAW_PERIOD_NS = 100_000_000
@@ -177,7 +176,10 @@ class KittiSequence(Sequence):
         self._pp: dict[str, tuple[float, float] | None] = {}
         super().__init__(
             name or self.split_file.stem,
-            meta or SequenceMeta("car", "urban_day", "kitti", split, MIN_DEPTH, MAX_DEPTH),
+            meta
+            or SequenceMeta(
+                "car", "urban_day", "kitti", split, OUTDOOR.min_depth, OUTDOOR.max_depth
+            ),
         )
 
     def __len__(self) -> int:

@@ -29,6 +29,7 @@ from fedepth.data import h5util
 from fedepth.data.camera import Camera, invert_transform, reproject_depth
 from fedepth.data.errors import DataError
 from fedepth.data.sequence import Frame, Sequence, SequenceMeta
+from fedepth.depth_range import for_environment
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +38,6 @@ RGB_TS = "/ovc/ts"
 EVENT_CAMERA = "/prophesee/left"
 #: Largest allowed gap between a depth sample and its nearest RGB frame: one frame at 25 Hz.
 MAX_PAIR_GAP_US = 40_000
-#: Evaluation caps for M3ED-derived sequences: indoor as NYUv2 (10 m), outdoor as KITTI (80 m).
-INDOOR_MAX_DEPTH = 10.0
-OUTDOOR_MAX_DEPTH = 80.0
 
 
 @dataclass(frozen=True)
@@ -164,8 +162,8 @@ class M3EDSequence(Sequence):
         seq_name = name or _sequence_name(self.data_path)
         if meta is None:
             platform, env = parse_m3ed_name(seq_name)
-            cap = INDOOR_MAX_DEPTH if env == "indoor" else OUTDOOR_MAX_DEPTH
-            meta = SequenceMeta(platform, env, "m3ed", split, 1e-3, cap)
+            caps = for_environment(env)  # indoor as NYUv2, outdoor as KITTI
+            meta = SequenceMeta(platform, env, "m3ed", split, caps.min_depth, caps.max_depth)
         super().__init__(seq_name, meta)
         self.rgb_key = f"{rgb_group}/data"
         self.depth_key = f"/depth{depth_camera}"

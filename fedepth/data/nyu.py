@@ -22,14 +22,13 @@ from fedepth.data import h5util
 from fedepth.data.camera import intrinsics_matrix, scale_intrinsics
 from fedepth.data.errors import DataError
 from fedepth.data.sequence import Frame, Sequence, SequenceMeta
+from fedepth.depth_range import INDOOR
 
 #: Kinect RGB intrinsics of the NYU Depth v2 toolbox (camera_params.m) at 480 x 640.
 NYU_K = intrinsics_matrix(
     5.1885790117450188e02, 5.1946961112127485e02, 3.2558244941119034e02, 2.5373616633400465e02
 )
 NYU_SIZE = (480, 640)
-MIN_DEPTH = 1e-3
-MAX_DEPTH = 10.0
 
 
 def nyu_intrinsics(height: int, width: int) -> npt.NDArray[np.float64]:
@@ -119,7 +118,9 @@ class NYUv2Labeled:
     ) -> NYUSequence:
         """A sequence over the given 0-based image indices (all images if None)."""
         idx = np.arange(self.num_images) if indices is None else np.asarray(indices)
-        meta = meta or SequenceMeta("handheld", "indoor", "nyu", split, MIN_DEPTH, MAX_DEPTH)
+        meta = meta or SequenceMeta(
+            "handheld", "indoor", "nyu", split, INDOOR.min_depth, INDOOR.max_depth
+        )
         return NYUSequence(self, idx, name=name, meta=meta)
 
 

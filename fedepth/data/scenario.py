@@ -18,6 +18,7 @@ from fedepth.data.kitti import KittiSequence
 from fedepth.data.m3ed import M3EDSequence
 from fedepth.data.nyu import NYUv2Labeled
 from fedepth.data.sequence import Sequence, SequenceMeta
+from fedepth.depth_range import OUTDOOR
 
 MANIFEST = "manifest.json"
 SUPPORTED_VERSION = 1
@@ -87,8 +88,8 @@ def open_sequence(
         environment=entry["environment"],
         source=entry["source"],
         split=entry["split"],
-        min_depth=float(entry.get("min_depth", 1e-3)),
-        max_depth=float(entry.get("max_depth", 80.0)),
+        min_depth=float(entry.get("min_depth", OUTDOOR.min_depth)),
+        max_depth=float(entry.get("max_depth", OUTDOOR.max_depth)),
     )
     source = entry["source"]
     if source == "m3ed":

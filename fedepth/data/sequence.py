@@ -12,6 +12,8 @@ from typing import Any, overload
 import numpy as np
 import numpy.typing as npt
 
+from fedepth.depth_range import OUTDOOR
+
 #: Platforms and environments used across the project (M3ED's robots plus NYUv2's handheld rig).
 PLATFORMS = ("car", "spot", "falcon", "handheld")
 ENVIRONMENTS = ("forest", "urban_day", "urban_night", "indoor")
@@ -22,16 +24,17 @@ SPLITS = ("train", "test", "pretrain")
 class SequenceMeta:
     """What a sequence is: robot platform, environment, source dataset, split, evaluation caps.
 
-    ``min_depth`` / ``max_depth`` are the evaluation caps of the source benchmark (NYUv2: 1e-3 to
-    10 m, KITTI: 1e-3 to 80 m); metrics count a pixel only where ``min_depth < gt < max_depth``.
+    ``min_depth`` / ``max_depth`` are the evaluation caps of the source benchmark
+    (:mod:`fedepth.depth_range`: NYUv2 indoors, KITTI outdoors, the default); metrics count a
+    pixel only where ``min_depth < gt < max_depth``.
     """
 
     platform: str
     environment: str
     source: str
     split: str
-    min_depth: float = 1e-3
-    max_depth: float = 80.0
+    min_depth: float = OUTDOOR.min_depth
+    max_depth: float = OUTDOOR.max_depth
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_depth < self.max_depth:

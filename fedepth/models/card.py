@@ -19,6 +19,7 @@ from typing import Any
 
 from torch import nn
 
+from fedepth.depth_range import FLEET
 from fedepth.models.base import IMAGENET_MEAN, IMAGENET_STD
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,8 @@ class ModelCard:
     model: str
     #: the factory's own keyword arguments (encoder, head sizes), JSON values
     config: Mapping[str, Any] = field(default_factory=dict)
-    min_depth: float = 1e-3
-    max_depth: float = 10.0
+    min_depth: float = FLEET.min_depth
+    max_depth: float = FLEET.max_depth
     #: (height, width) the weights were trained at; None: not recorded
     input_size: tuple[int, int] | None = None
     #: what ``forward`` expects; the models normalise internally with this mean / std
@@ -131,6 +132,11 @@ def _identity(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k not in _INIT_ONLY}
 
 
+def _attr_or(model: Any, config: Mapping[str, Any], name: str, default: float) -> Any:
+    """The model's attribute ``name``, else its configuration's, else ``default``."""
+    return getattr(model, name, None) or config.get(name, default)
+
+
 def card_of(model: nn.Module, *, input_size: tuple[int, int] | None = None) -> ModelCard:
     """The card of a registry model (``input_size`` None: the model's ``input_size``)."""
     name = getattr(model, "model_name", None)
@@ -144,8 +150,12 @@ def card_of(model: nn.Module, *, input_size: tuple[int, int] | None = None) -> M
     return ModelCard(
         model=str(name),
         config=json.loads(json.dumps(_identity(config), default=str)),
-        min_depth=float(getattr(model, "min_depth", None) or config.get("min_depth", 1e-3)),
-        max_depth=float(getattr(model, "max_depth", None) or config.get("max_depth", 10.0)),
+        min_depth=float(
+            getattr(model, "min_depth", None) or config.get("min_depth", FLEET.min_depth)
+        ),
+        max_depth=float(
+            getattr(model, "max_depth", None) or config.get("max_depth", FLEET.max_depth)
+        ),
         input_size=None if size is None else (int(size[0]), int(size[1])),
         normalization=norm,
     )

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from fedepth.depth_range import FLEET
 from fedepth.models.base import DepthModel
 
 Factory = Callable[..., DepthModel]
@@ -36,8 +37,8 @@ def list_models() -> list[str]:
 def create_model(
     name: str,
     *,
-    min_depth: float = 1e-3,
-    max_depth: float = 10.0,
+    min_depth: float = FLEET.min_depth,
+    max_depth: float = FLEET.max_depth,
     weights: str | Path | None = None,
     variance_focus: float | None = None,
     **cfg: Any,
@@ -45,7 +46,8 @@ def create_model(
     """Build the registered model ``name``; load ``weights`` (a local safetensors file) strictly.
 
     ``cfg`` holds the factory's own keyword arguments (encoder, encoder_weights, head sizes).
-    ``min_depth``/``max_depth`` are the metric range of the output (indoor 10 m, outdoor 80 m).
+    ``min_depth``/``max_depth`` are the metric range of the output (:mod:`fedepth.depth_range`;
+    default: the fleet's, indoors and out).
     ``variance_focus`` is the SILog loss's lambda (None: the model's default, 0.85 as in
     AdaBins / NeWCRFs); lower values weigh the global scale of a prediction more.
     """

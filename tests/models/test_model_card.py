@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedepth.depth_range import FLEET
 from fedepth.models import (
     CardMismatchError,
     ModelCard,
@@ -92,4 +93,4 @@ def test_card_of_needs_a_registry_model() -> None:
         card_of(torch.nn.Linear(2, 2))
     card = card_of(create_model("regression-lite"))
     assert json.loads(card.to_json())["model"] == "regression-lite"
-    assert np.isclose(card.max_depth, 10.0)
+    assert np.isclose(card.max_depth, FLEET.max_depth)  # create_model's default range

@@ -153,7 +153,7 @@ def test_the_coordinators_recipe_wins_and_the_fallback_warns_once() -> None:
         for f in frames(5):
             buffer.push(f)
         warnings: list[str] = []
-        config = LearnerConfig(local_steps=1, batch_size=2, learning_rate=1e-3, device="cpu")
+        config = LearnerConfig(local_steps=1, batch_size=2, lr=1e-3, device="cpu")
         learner = BufferLearner("robot-y", model, buffer, config, warn=warnings.append)
         sent = TrainRecipe(local_steps=3, batch_size=2, image_size=(16, 16))
         update = learner.train(0, TrainTask(state=initial, recipe=sent))

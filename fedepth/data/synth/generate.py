@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 from tqdm import tqdm
 
-from fedepth import __version__
+from fedepth import __version__, depth_range
 from fedepth.data.camera import Camera
 from fedepth.data.synth import environments
 from fedepth.data.synth.formats import (
@@ -84,8 +84,6 @@ RGB_PERIOD_US = 40_000
 DEPTH_PERIOD_US = 100_000
 #: Ouster OS1-64 (M3ED) and Velodyne HDL-64E (KITTI) ranges are of the order of 120 m.
 LIDAR_RANGE = 120.0
-#: Evaluation caps: NYUv2 10 m indoors, KITTI 80 m outdoors (used for every scenario).
-INDOOR_CAP, OUTDOOR_CAP = 10.0, 80.0
 #: Headlight low beams: ~20 kcd each on axis (= 0.4 in units of 50 klux at 1 m); intensity
 #: falls off within ~10-15 deg of the axis (the hot spot lights the road tens of metres ahead).
 HEADLIGHT_POWER, HEADLIGHT_CONE = 0.4, 0.22
@@ -277,7 +275,7 @@ def generate_m3ed(
 
 def _m3ed_entry(rec: M3EDRecord, root: Path, client: str | None) -> dict[str, Any]:
     p = rec.plan
-    cap = INDOOR_CAP if p.environment == "indoor" else OUTDOOR_CAP
+    caps = depth_range.for_environment(p.environment)
     return {
         "name": p.name,
         "split": p.split,
@@ -286,8 +284,8 @@ def _m3ed_entry(rec: M3EDRecord, root: Path, client: str | None) -> dict[str, An
         "environment": p.environment,
         "source": "m3ed",
         "site": p.site.key,
-        "min_depth": 1e-3,
-        "max_depth": cap,
+        "min_depth": caps.min_depth,
+        "max_depth": caps.max_depth,
         "num_samples": p.samples,
         "files": {
             "data": rec.data_path.relative_to(root).as_posix(),
@@ -445,8 +443,8 @@ def _generate_nyu(out: Path, profile: Profile, seed: int, progress: tqdm) -> lis
                 "environment": "indoor",
                 "source": "nyu",
                 "site": key,
-                "min_depth": 1e-3,
-                "max_depth": INDOOR_CAP,
+                "min_depth": depth_range.INDOOR.min_depth,
+                "max_depth": depth_range.INDOOR.max_depth,
                 "num_samples": len(idx),
                 "files": {
                     "mat": mat.relative_to(out).as_posix(),
@@ -589,8 +587,8 @@ def _generate_kitti(
                 "environment": "urban_day",
                 "source": "kitti",
                 "site": d.style,
-                "min_depth": 1e-3,
-                "max_depth": OUTDOOR_CAP,
+                "min_depth": depth_range.OUTDOOR.min_depth,
+                "max_depth": depth_range.OUTDOOR.max_depth,
                 "num_samples": n_gt,
                 "files": {
                     "split_file": split_files[d.split].relative_to(out).as_posix(),
