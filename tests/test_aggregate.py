@@ -141,3 +141,23 @@ def test_cluster_rule_replaces_the_weighted_mean() -> None:
         [_s(1.0), _s(2.0), _s(9.0)], [1, 1, 100], np.ones((1, 3), bool), rule=median
     )
     np.testing.assert_allclose(ks[0]["w"], 2.0)  # the sizes do not weigh the median
+
+
+def test_server_step_by_hand() -> None:
+    from fedepth.strategies.aggregate import server_step
+
+    prev = {"w": np.array([1.0], dtype=np.float32), "n": np.array(3), "bn.running_var": np.ones(1)}
+    agg = {
+        "w": np.array([2.0], dtype=np.float32),
+        "n": np.array(4),
+        "bn.running_var": np.full(1, 0.2),
+    }
+    new, v = server_step(prev, agg, {"w": np.array([1.0])}, lr=3.0, momentum=0.5)
+    # d = 2 - 1 = 1, v = 0.5 * 1 + 1 = 1.5, w = 1 + 3 * 1.5 = 5.5
+    np.testing.assert_allclose(v["w"], 1.5)
+    np.testing.assert_allclose(new["w"], 5.5)
+    assert new["w"].dtype == np.float32
+    assert int(new["n"]) == 4 and new["bn.running_var"][0] == 0.2  # the aggregate's
+    assert set(v) == {"w"}
+    same, _ = server_step(prev, agg, None, lr=1.0, momentum=0.0)
+    np.testing.assert_array_equal(same["w"], agg["w"])

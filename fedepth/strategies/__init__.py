@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fedepth.strategies.aggregate import server_step
 from fedepth.strategies.base import (
     ClientInfo,
     ClientUpdate,
@@ -79,14 +80,34 @@ def list_strategies() -> list[str]:
 
 
 def create_strategy(name: str, **cfg: Any) -> Strategy:
-    """A new strategy by method name, configured by keyword arguments."""
+    """A new strategy by method name, configured by keyword arguments.
+
+    ``server_lr`` and ``server_momentum`` configure the server optimizer of a strategy that
+    aggregates cluster-wise (:class:`ClusteredStrategy`); the other keywords are the
+    strategy's own."""
     try:
         cls = _REGISTRY[name]
     except KeyError:
         raise ValueError(
             f"unknown method {name!r}; known: {', '.join(list_strategies())}"
         ) from None
-    return cls(**cfg)
+    server = {k: cfg.pop(k) for k in SERVER_OPTIMIZER if k in cfg}
+    strategy = cls(**cfg)
+    if server:
+        own = type(strategy).aggregate_train is not ClusteredStrategy.aggregate_train
+        if not isinstance(strategy, ClusteredStrategy) or own:
+            raise ValueError(
+                f"{name} aggregates by its own rule; it takes no {', '.join(sorted(server))}"
+            )
+        lr = float(server.get("server_lr", 1.0))
+        momentum = float(server.get("server_momentum", 0.0))
+        server_step({}, {}, None, lr=lr, momentum=momentum)  # validates both
+        strategy.server_lr, strategy.server_momentum = lr, momentum
+    return strategy
+
+
+#: The strategy parameters of the server optimizer (any :class:`ClusteredStrategy`).
+SERVER_OPTIMIZER = ("server_lr", "server_momentum")
 
 
 __all__ = [

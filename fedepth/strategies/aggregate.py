@@ -7,6 +7,7 @@ accumulate in float64 and are cast back to each tensor's dtype; integer tensors 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -165,6 +166,47 @@ def cluster_models(
         else:
             raise ValueError(f"cluster {k} has no members")
     return out
+
+
+#: Name endings of BatchNorm's running statistics: a server step leaves them at the aggregate
+#: (an extrapolated variance could turn negative).
+RUNNING_STATISTICS = ("running_mean", "running_var")
+
+
+def server_step(
+    previous: State,
+    aggregate: State,
+    velocity: State | None,
+    *,
+    lr: float,
+    momentum: float,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """One server optimizer step on a model (FedAvgM, Hsu et al. 2019): ``(new, velocity)``.
+
+    The round's pseudo-gradient is ``d = aggregate - previous``; ``v = momentum * v + d``
+    (``velocity`` None: zeros) and ``new = previous + lr * v``, in float64, cast back to each
+    tensor's dtype. With ``lr`` 1 and ``momentum`` 0 ``new`` is ``aggregate``. Integer tensors
+    and BatchNorm's running statistics (:data:`RUNNING_STATISTICS`) take the aggregate and keep
+    no velocity.
+    """
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"server lr must be a number > 0, got {lr!r}")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"server momentum must lie in [0, 1), got {momentum!r}")
+    names = _check_names([previous, aggregate], "server_step")
+    new: dict[str, np.ndarray] = {}
+    out_velocity: dict[str, np.ndarray] = {}
+    for name in names:
+        agg = np.asarray(aggregate[name])
+        if not np.issubdtype(agg.dtype, np.floating) or name.endswith(RUNNING_STATISTICS):
+            new[name] = agg
+            continue
+        d = agg.astype(np.float64) - np.asarray(previous[name], dtype=np.float64)
+        if velocity is not None and name in velocity:
+            d += momentum * np.asarray(velocity[name], dtype=np.float64)
+        out_velocity[name] = d.astype(np.float32)
+        new[name] = _cast(np.asarray(previous[name], dtype=np.float64) + lr * d, agg.dtype)
+    return new, out_velocity
 
 
 def client_models(

@@ -33,6 +33,7 @@ from fedepth.strategies.aggregate import (
     State,
     client_models,
     cluster_models,
+    server_step,
     weighted_mean,
 )
 
@@ -205,6 +206,12 @@ class ClusteredStrategy(Strategy):
     #: trimmed mean or median, :func:`~fedepth.strategies.aggregate.robust_mean`) can be set
     #: on an instance. Strategies that override :meth:`aggregate_train` ignore it.
     cluster_rule: ClusterRule | None = None
+    #: The server optimizer of every cluster model (:func:`~fedepth.strategies.aggregate.
+    #: server_step`, FedAvgM): the round moves cluster k by ``server_lr`` times its momentum
+    #: buffer of pseudo-gradients. 1.0 / 0.0 (the defaults): the model is the aggregate, as in
+    #: the paper. Set with the strategy parameters ``server_lr`` / ``server_momentum``.
+    server_lr: float = 1.0
+    server_momentum: float = 0.0
 
     def setup(self, initial: State) -> None:
         self.M_star = np.asarray(self.form_clusters(), dtype=bool)
@@ -217,6 +224,13 @@ class ClusteredStrategy(Strategy):
             raise ValueError(f"{self.name}: some client belongs to no cluster")
         self.cluster_states: list[State] = [dict(initial) for _ in range(self.M_star.shape[0])]
         self._client_cache: dict[int, State] = {}
+        #: cluster -> momentum buffer of the server optimizer (kept only when it is on)
+        self.velocity: dict[int, State] = {}
+
+    @property
+    def server_optimizer(self) -> bool:
+        """Whether a round moves a cluster model elsewhere than to the aggregate."""
+        return self.server_lr != 1.0 or self.server_momentum != 0.0
 
     @abstractmethod
     def form_clusters(self) -> np.ndarray:
@@ -227,13 +241,23 @@ class ClusteredStrategy(Strategy):
             return
         by_index = {self.index(u.cid): u for u in updates}
         reported = sorted(by_index)  # client order, as the map's columns
+        previous = self.cluster_states
         self.cluster_states = cluster_models(
             [by_index[c].state for c in reported],
             [by_index[c].num_samples for c in reported],
             self.M_star[:, reported],
             rule=self.cluster_rule,
-            previous=self.cluster_states,
+            previous=previous,
         )
+        if self.server_optimizer:
+            for k in np.flatnonzero(self.M_star[:, reported].any(axis=1)):
+                self.cluster_states[k], self.velocity[int(k)] = server_step(
+                    previous[k],
+                    self.cluster_states[k],
+                    self.velocity.get(int(k)),
+                    lr=self.server_lr,
+                    momentum=self.server_momentum,
+                )
         self._client_cache.clear()
 
     def model_for(self, cid: str) -> State:
@@ -284,11 +308,18 @@ class ClusteredStrategy(Strategy):
             "M_star": self.M_star.astype(int).tolist(),
             "clients": [c.cid for c in self.clients],
         }
-        return meta, {f"cluster/{k}": s for k, s in enumerate(self.cluster_states)}
+        states = {f"cluster/{k}": s for k, s in enumerate(self.cluster_states)}
+        states.update({f"velocity/{k}": v for k, v in self.velocity.items()})
+        return meta, states
 
     def load_state_dict(self, meta: Mapping[str, Any], states: Mapping[str, State]) -> None:
         if meta.get("clients") != [c.cid for c in self.clients]:
             raise ValueError("saved strategy state belongs to a different fleet")
         self.M_star = np.asarray(meta["M_star"], dtype=bool)
         self.cluster_states = [dict(states[f"cluster/{k}"]) for k in range(self.M_star.shape[0])]
+        self.velocity = {
+            k: dict(states[f"velocity/{k}"])
+            for k in range(self.M_star.shape[0])
+            if f"velocity/{k}" in states
+        }
         self._client_cache = {}

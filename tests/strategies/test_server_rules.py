@@ -90,3 +90,37 @@ def test_make_client_hook_none_and_unknown() -> None:
         make_client_hook(TrainTask(state={}, hook="x"), {})
     with pytest.raises(ValueError, match="alpha must be > 0"):
         create_strategy("feddyn", alpha=0.0)
+
+
+def test_server_momentum_by_hand_and_through_a_checkpoint() -> None:
+    s = create_strategy("fedavg", server_lr=2.0, server_momentum=0.5)
+    s.initialize(_clients(2), _state(0.0))
+    # round 0: aggregate (1 * 1 + 2 * 4) / 3 = 3, d = 3 - 0; v = 3; w = 0 + 2 * 3 = 6
+    s.aggregate_train(
+        0, [ClientUpdate("c0", _state(1.0, 1.0), 1), ClientUpdate("c1", _state(4.0, 4.0), 2)]
+    )
+    np.testing.assert_allclose(s.model_for("c0")["w"], 6.0)
+    # BatchNorm statistics take the aggregate, never an extrapolation
+    np.testing.assert_allclose(s.model_for("c0")["bn.running_mean"], 3.0)
+    meta, states = s.state_dict()
+    resumed = create_strategy("fedavg", server_lr=2.0, server_momentum=0.5)
+    resumed.initialize(_clients(2), _state(0.0))
+    resumed.load_state_dict(meta, states)
+    # round 1: aggregate 7, d = 7 - 6 = 1; v = 0.5 * 3 + 1 = 2.5; w = 6 + 2 * 2.5 = 11
+    for strategy in (s, resumed):
+        strategy.aggregate_train(1, [ClientUpdate("c0", _state(7.0), 1)])
+        np.testing.assert_allclose(strategy.model_for("c1")["w"], 11.0)
+
+
+def test_server_optimizer_defaults_are_the_aggregate_and_bad_values_are_refused() -> None:
+    plain = create_strategy("fedavg")
+    plain.initialize(_clients(2), _state(0.0))
+    plain.aggregate_train(0, [ClientUpdate("c0", _state(1.0), 1)])
+    assert not plain.server_optimizer and plain.state_dict()[1].keys() == {"cluster/0"}
+    np.testing.assert_allclose(plain.model_for("c0")["w"], 1.0)
+    with pytest.raises(ValueError, match="momentum must lie in"):
+        create_strategy("fedepth", server_momentum=1.0)
+    with pytest.raises(ValueError, match="lr must be a number > 0"):
+        create_strategy("fedavg", server_lr=0)
+    with pytest.raises(ValueError, match="its own rule"):
+        create_strategy("scaffold", server_momentum=0.9)
