@@ -405,7 +405,7 @@ def cmd_data_preview(args: argparse.Namespace) -> int:
 
 
 def cmd_bag_info(args: argparse.Namespace) -> int:
-    from fedepth_ros.bags import BagError, bag_info
+    from fedepth.data.bags import BagError, bag_info
 
     try:
         info = bag_info(Path(args.bag))
@@ -458,7 +458,7 @@ def _write_bag(
     The one path from a frame sequence to a bag: ``bag from-sequence`` / ``bag from-m3ed``
     build a ``fedepth.data`` Sequence and call this.
     """
-    from fedepth_ros.bag_writer import BagWriteError, write_rgbd_bag
+    from fedepth.data.bag_writer import BagWriteError, write_rgbd_bag
 
     try:
         summary = write_rgbd_bag(
@@ -481,7 +481,7 @@ def _write_bag(
 
 
 def cmd_bag_test_scene(args: argparse.Namespace) -> int:
-    from fedepth_ros.bag_writer import synthetic_frames
+    from fedepth.data.bag_writer import synthetic_frames
 
     try:
         width, height = (int(v) for v in args.size.lower().split("x"))
