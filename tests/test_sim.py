@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from fedepth.bench import BenchSpec, ensure_weights, run_benchmark, sim_config
-from fedepth.cli import main
 from fedepth.data.scenario import Scenario, load_scenario
 from fedepth.models import get_state
 from fedepth.sim import (
@@ -27,6 +26,7 @@ from fedepth.sim import (
     state_nbytes,
     wire_seconds,
 )
+from fedepth_cli.main import main
 
 CFG = sim_config(
     "hpe",

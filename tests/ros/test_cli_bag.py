@@ -14,8 +14,8 @@ from mcap.reader import make_reader
 from rosbags.rosbag2 import Reader
 from rosbags.typesys import Stores, get_typestore
 
-from fedepth.cli import main
 from fedepth.data import M3EDSequence, rosmsg
+from fedepth_cli.main import main
 
 
 def test_test_scene_then_info(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -57,7 +57,7 @@ def test_bag_errors_are_one_line_exit_2(
 def test_bag_commands_do_not_import_rclpy(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "from fedepth.cli import main\n"
+        "from fedepth_cli.main import main\n"
         f"assert main(['bag', 'test-scene', '--out', {str(tmp_path / 'b')!r}, '--frames', '2',"
         " '--no-progress']) == 0\n"
         f"assert main(['bag', 'info', {str(tmp_path / 'b')!r}]) == 0\n"

@@ -23,7 +23,7 @@ from .test_launch_files import MODELS, ROOT, _console_scripts, _kw, _name, _pack
 
 #: what colcon's ament_python build needs from the source tree
 SOURCES = ("setup.py", "setup.cfg", "package.xml", "README.md", "resource", "launch", "config")
-PACKAGES = ("fedepth", "fedepth_coordinator", "fedepth_ros")
+PACKAGES = ("fedepth", "fedepth_cli", "fedepth_coordinator", "fedepth_ros")
 #: pip name -> rosdep key (rosdistro rosdep/python.yaml) of the dependencies that have one
 ROSDEP_KEYS = {
     "numpy": "python3-numpy",

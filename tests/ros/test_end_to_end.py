@@ -20,9 +20,9 @@ import pytest
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
 
-from fedepth.cli import main as fedepth_main
 from fedepth.data import M3EDSequence, rosmsg
 from fedepth.models import create_model, save_weights
+from fedepth_cli.main import main as fedepth_main
 from fedepth_coordinator.auth import add_principal
 from fedepth_coordinator.client import CoordinatorClient, open_channel
 from fedepth_coordinator.config import CoordinatorConfig, config_from_dict
