@@ -22,16 +22,18 @@ install: $(STAMP)  ## create .venv and install the project and its dependencies
 demo: $(STAMP)  ## run the main job on its embedded default
 	$(VENV)/bin/fedepth demo
 
-test: $(STAMP)  ## run the whole test suite
+test: $(STAMP)  ## the layer contracts (lint-imports), then the whole test suite
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)  ## the suite without tests marked slow
 	$(PY) -m pytest -q -m "not slow"
 
-lint: $(STAMP)  ## ruff (lint + format check) and mypy
+lint: $(STAMP)  ## ruff (lint + format check), mypy and the layer contracts (lint-imports)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 format: $(STAMP)  ## apply ruff formatting and safe fixes
 	$(VENV)/bin/ruff check --fix .
@@ -44,4 +46,4 @@ proto: $(STAMP)  ## regenerate the gRPC stubs in fedepth_coordinator/_proto from
 	$(PY) -m fedepth_coordinator.protogen
 
 clean:  ## remove build outputs (keeps .venv)
-	rm -rf build install log *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf build install log *.egg-info .mypy_cache .ruff_cache .pytest_cache .import_linter_cache

@@ -24,6 +24,8 @@ setup(
         include=[
             "fedepth",
             "fedepth.*",
+            "fedepth_cli",
+            "fedepth_cli.*",
             "fedepth_coordinator",
             "fedepth_coordinator.*",
             "fedepth_ros",
@@ -32,6 +34,7 @@ setup(
     ),
     package_data={
         "fedepth": ["py.typed"],
+        "fedepth_cli": ["py.typed"],
         "fedepth_coordinator": ["py.typed"],
         "fedepth_ros": ["fastdds_large_data.xml"],
     },
@@ -61,7 +64,7 @@ setup(
     tests_require=["pytest"],
     entry_points={
         "console_scripts": [
-            "fedepth = fedepth.cli:main",
+            "fedepth = fedepth_cli.main:main",
             "bag_player = fedepth_ros.bag_player:main",
             "robot_node = fedepth_ros.robot_node:main",
             "depth_node = fedepth_ros.depth_node:main",

@@ -33,8 +33,8 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import CameraInfo, Image
 
-from fedepth_ros.bag_writer import synthetic_frames, write_rgbd_bag
-from fedepth_ros.conversions import stamp_to_ns
+from fedepth.data.bag_writer import synthetic_frames, write_rgbd_bag
+from fedepth.data.rosmsg import stamp_to_ns
 
 ROOT = Path(__file__).resolve().parents[1]
 

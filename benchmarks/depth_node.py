@@ -50,12 +50,13 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import Image
 
+from fedepth.data.bag_writer import synthetic_frames, write_rgbd_bag
+from fedepth.data.rosmsg import stamp_to_ns
 from fedepth.descriptor import image_to_tensor
 from fedepth.models import create_model, save_weights
-from fedepth_ros.bag_writer import synthetic_frames, write_rgbd_bag
-from fedepth_ros.conversions import numpy_to_image, stamp_to_ns
 from fedepth_ros.dds import use_large_data_profile
 from fedepth_ros.learner import resolve_device
+from fedepth_ros.messages import numpy_to_image
 from fedepth_ros.node_common import tune_allocator
 
 ROOT = Path(__file__).resolve().parents[1]

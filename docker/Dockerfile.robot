@@ -35,6 +35,7 @@ WORKDIR /ws/src/fedepth
 COPY package.xml setup.py setup.cfg README.md ./
 COPY resource/ resource/
 COPY fedepth/ fedepth/
+COPY fedepth_cli/ fedepth_cli/
 COPY fedepth_coordinator/ fedepth_coordinator/
 COPY fedepth_ros/ fedepth_ros/
 COPY launch/ launch/

@@ -62,6 +62,7 @@ from fedepth.sim import (
     pretrain,
 )
 from fedepth.strategies import create_strategy
+from fedepth.transport import FleetRunner, Transport, check_transport
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +99,9 @@ class BenchSpec:
     sweep: tuple[float, ...] = ()
     executor: str = "sequential"
     progress: bool = True
-    #: "inprocess" (the Simulation loop) or "grpc" (a real coordinator subprocess per method and
-    #: one process per robot on loopback; see fedepth_coordinator.benchrun)
+    #: "inprocess" (the Simulation loop) or the name of the transport handed to run_benchmark,
+    #: recorded with the results: "grpc" (a real coordinator subprocess per method and one
+    #: process per robot on loopback; see fedepth_coordinator.benchrun)
     transport: str = "inprocess"
     #: the seeds to run, each with its own scenario (unless ``data_dir``), pretraining (unless
     #: ``weights``) and training; empty: ``sim.seed`` alone
@@ -330,6 +332,7 @@ def run_benchmark(
     *,
     echo: Callable[[str], None] = print,
     on_round: Callable[[str, int, RoundRecord], None] | None = None,
+    transport: Transport | None = None,
 ) -> dict[str, Any]:
     """Run the spec end to end; returns the results dict also written to results.json.
 
@@ -339,13 +342,18 @@ def run_benchmark(
     :class:`OutConflictError` before anything runs, unless ``spec.fresh`` clears it first.
     ``on_round(name, seed, record)`` is called after every in-process round (name: a method,
     or ``sweep-<ratio>`` for a point of the overlap sweep).
+
+    ``transport`` runs the methods when ``spec.transport`` is not ``inprocess`` (required
+    then, refused otherwise: :class:`~fedepth.transport.TransportError`); pooled methods (CL)
+    still run in-process. fedepth has none itself: see :mod:`fedepth.transport`.
     """
+    check_transport(spec.transport, transport)
     if spec.fresh:
         clear_out(spec.out)
     check_out(spec)
     spec.out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(spec.out / "config.json", run_config(spec))
-    bench = _Bench(spec, echo, on_round)
+    bench = _Bench(spec, echo, on_round, transport)
     try:
         for seed in bench.seeds:
             bench.run_seed(seed)
@@ -551,8 +559,10 @@ class _Bench:
         spec: BenchSpec,
         echo: Callable[[str], None],
         on_round: Callable[[str, int, RoundRecord], None] | None,
+        transport: Transport | None = None,
     ) -> None:
         self.spec, self.echo, self.on_round = spec, echo, on_round
+        self.transport = transport
         self.t_start = time.perf_counter()
         self.seeds = spec.seed_list
         #: run keys in table order: the methods, then the sweep points (one per distinct key)
@@ -590,7 +600,7 @@ class _Bench:
         sdir = state_dir(spec.out, seed)
         root = ensure_data(spec)
         scenario = load_scenario(root)
-        grpc = None
+        remote: FleetRunner | None = None
         try:
             weights = ensure_weights(spec, scenario)
             model = initial_model(spec.sim, str(weights))
@@ -607,20 +617,22 @@ class _Bench:
             workdir = (
                 spec.out / "grpc" if len(self.seeds) == 1 else spec.out / "grpc" / f"seed{seed}"
             )
-            grpc = _grpc_bench(spec, fleet, initial, workdir)
+            if self.transport is not None:
+                remote = self.transport(fleet, initial, spec.sim, workdir, progress=spec.progress)
             methods = [m for m in spec.methods if m in todo]
             ratios = list({_sweep_key(r): r for r in spec.sweep if _sweep_key(r) in todo}.values())
             # the runs through the coordinator, in order (method, strategy params; None: the
             # config's)
             plan: list[tuple[str, dict[str, Any] | None]] = []
-            if grpc is not None:
+            if remote is not None:
                 plan = [(m, None) for m in methods if not is_pooled(m, spec.sim)]
                 plan += [("fedepth", _sweep_params(r)) for r in ratios]
-                grpc.start(plan[0] if plan else None)  # robots start while in-process runs go
+                remote.start(plan[0] if plan else None)  # robots start while in-process runs go
 
-            def run_grpc(method: str, params: dict[str, Any] | None) -> MethodRun:
+            def run_remote(method: str, params: dict[str, Any] | None) -> MethodRun:
+                assert remote is not None
                 plan.pop(0)
-                return grpc.run(method, params, then=plan[0] if plan else None)
+                return remote.run(method, params, then=plan[0] if plan else None)
 
             def run_local(key: str, runner: Simulation, method: str) -> MethodRun:
                 ck = RunCheckpoint(sdir / key / "checkpoint")
@@ -639,20 +651,20 @@ class _Bench:
                 )
 
             for method in methods:
-                if grpc is not None and is_pooled(method, spec.sim):
+                if remote is not None and is_pooled(method, spec.sim):
                     self.echo(
                         f"{method}: one pooled participant, not a fleet of robots: run in-process"
                     )
                     run = run_local(method, sim, method)
-                elif grpc is not None:
-                    run = run_grpc(method, None)
+                elif remote is not None:
+                    run = run_remote(method, None)
                 else:
                     run = run_local(method, sim, method)
                 self.finish(method, seed, run)
             for ratio in ratios:
                 key = _sweep_key(ratio)
-                if grpc is not None:
-                    run = run_grpc("fedepth", _sweep_params(ratio))
+                if remote is not None:
+                    run = run_remote("fedepth", _sweep_params(ratio))
                 else:
                     params = dict(spec.sim.method_params)
                     params["fedepth"] = _sweep_params(ratio)
@@ -662,8 +674,8 @@ class _Bench:
                     run = run_local(key, sweep_sim, "fedepth")
                 self.finish(key, seed, run)
         finally:
-            if grpc is not None:
-                grpc.close()
+            if remote is not None:
+                remote.close()
             scenario.close()
 
     def keep(
@@ -723,19 +735,6 @@ class _Bench:
             },
             "wall_seconds": time.perf_counter() - self.t_start,
         }
-
-
-def _grpc_bench(
-    spec: BenchSpec, fleet: Fleet, initial: dict[str, np.ndarray], workdir: Path
-) -> Any:
-    """The gRPC runner (None for the in-process transport); grpc is imported only here."""
-    if spec.transport == "inprocess":
-        return None
-    if spec.transport != "grpc":
-        raise ValueError(f"unknown transport {spec.transport!r}; choose inprocess or grpc")
-    from fedepth_coordinator.benchrun import GrpcBench
-
-    return GrpcBench(fleet, initial, spec.sim, workdir, progress=spec.progress)
 
 
 def _mean(values: Sequence[float]) -> float:

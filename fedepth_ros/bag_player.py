@@ -38,7 +38,7 @@ from rclpy.utilities import remove_ros_args
 from rosbags.interfaces import Connection
 from rosbags.rosbag2 import Reader
 
-from fedepth_ros.bags import BagError, detect_storage, iter_messages, open_bag, select_connections
+from fedepth.data.bags import BagError, detect_storage, iter_messages, open_bag, select_connections
 from fedepth_ros.dds import use_large_data_profile
 from fedepth_ros.params import BAG_PLAYER, declare_parameters
 

@@ -37,11 +37,12 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profi
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import String
 
+from fedepth.data import rosmsg
 from fedepth.descriptor import Descriptor
 from fedepth.models import card_of
 from fedepth.strategies import RouteDecision
 from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient
-from fedepth_ros import conversions as cv
+from fedepth_ros import messages
 from fedepth_ros.drift import DriftMonitor
 from fedepth_ros.learner import (
     DepthPredictor,
@@ -167,9 +168,9 @@ class DepthNode(WorkerNode):
 
     def _on_camera_info(self, msg: CameraInfo) -> None:
         try:
-            self._k = cv.k_from_camera_info(msg)
+            self._k = rosmsg.k_from_camera_info(msg)
             self._info = msg
-        except cv.ConversionError as exc:
+        except rosmsg.ConversionError as exc:
             self.get_logger().warning(f"dropping camera_info: {exc}", throttle_duration_sec=5.0)
 
     def subscribed(self) -> bool:
@@ -276,8 +277,8 @@ class DepthNode(WorkerNode):
                     self._maybe_routed(pending)
                     continue
                 try:
-                    rgb = cv.image_to_rgb(msg)
-                except cv.ConversionError as exc:
+                    rgb = rosmsg.image_to_rgb(msg)
+                except rosmsg.ConversionError as exc:
                     log.warning(f"dropping image: {exc}", throttle_duration_sec=5.0)
                     continue
                 self._maybe_routed(pending)
@@ -508,8 +509,8 @@ class DepthNode(WorkerNode):
             return
         self.infer_seconds.append(time.perf_counter() - start)
         self.processed += 1
-        stamp_ns = cv.stamp_to_ns(msg.header.stamp)
-        out = cv.meters_to_depth_image(
+        stamp_ns = rosmsg.stamp_to_ns(msg.header.stamp)
+        out = messages.meters_to_depth_image(
             depth, "32FC1", stamp_ns=stamp_ns, frame_id=msg.header.frame_id
         )
         out.header = msg.header
@@ -522,8 +523,8 @@ class DepthNode(WorkerNode):
             copy.header = msg.header
             self.info_pub.publish(copy)
             if self.points_pub is not None:
-                points = cv.depth_to_points(depth, k)
-                self.points_pub.publish(cv.points_message(points, header=msg.header))
+                points = rosmsg.depth_to_points(depth, k)
+                self.points_pub.publish(messages.points_message(points, header=msg.header))
 
 
 def main(args: list[str] | None = None) -> int:

@@ -31,12 +31,12 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
 
+from fedepth.data import rosmsg
 from fedepth.data.sequence import Frame
 from fedepth.models import card_of
 from fedepth.strategies import ClientUpdate, TrainTask
 from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient
 from fedepth_coordinator.robot import RobotProfile, run_robot
-from fedepth_ros import conversions as cv
 from fedepth_ros.learner import (
     BufferLearner,
     LearnerConfig,
@@ -137,27 +137,27 @@ class RobotNode(WorkerNode):
 
     def _on_camera_info(self, msg: CameraInfo) -> None:
         try:
-            self._k = cv.k_from_camera_info(msg)
-        except cv.ConversionError as exc:
+            self._k = rosmsg.k_from_camera_info(msg)
+        except rosmsg.ConversionError as exc:
             self._warn_bad("camera_info", exc)
 
     def _on_image(self, msg: Image) -> None:
         try:
-            rgb = cv.image_to_rgb(msg)
-        except cv.ConversionError as exc:
+            rgb = rosmsg.image_to_rgb(msg)
+        except rosmsg.ConversionError as exc:
             self._warn_bad("image", exc)
             return
-        stamp = cv.stamp_to_ns(msg.header.stamp)
+        stamp = rosmsg.stamp_to_ns(msg.header.stamp)
         self._check_time("image", stamp)
         self._take(self.sync.add_image(stamp, rgb))
 
     def _on_depth(self, msg: Image) -> None:
         try:
-            depth = cv.depth_to_meters(msg)
-        except cv.ConversionError as exc:
+            depth = rosmsg.depth_to_meters(msg)
+        except rosmsg.ConversionError as exc:
             self._warn_bad("depth", exc)
             return
-        stamp = cv.stamp_to_ns(msg.header.stamp)
+        stamp = rosmsg.stamp_to_ns(msg.header.stamp)
         self._check_time("depth", stamp)
         self._take(self.sync.add_depth(stamp, depth))
 

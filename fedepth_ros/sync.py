@@ -18,9 +18,11 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
+
+from fedepth.data.frames import FrameLike, RGBDFrame
 
 log = logging.getLogger(__name__)
 
@@ -29,32 +31,6 @@ B = TypeVar("B")
 T = TypeVar("T")
 
 SPILL_PREFIX = "fedepth_frame_"
-
-
-class FrameLike(Protocol):
-    """What the buffer stores: the duck type of ``fedepth.data.Frame``."""
-
-    @property
-    def rgb(self) -> np.ndarray: ...  # (H, W, 3) uint8
-
-    @property
-    def depth(self) -> np.ndarray: ...  # (H, W) float32 metres, 0 = invalid
-
-    @property
-    def K(self) -> np.ndarray: ...  # noqa: N802  (3, 3) intrinsics
-
-    @property
-    def stamp_ns(self) -> int: ...
-
-
-@dataclass(frozen=True, slots=True)
-class RGBDFrame:
-    """One paired RGB-D frame: rgb (H, W, 3) uint8, depth (H, W) float32 m (0 = invalid)."""
-
-    rgb: np.ndarray
-    depth: np.ndarray
-    K: np.ndarray
-    stamp_ns: int
 
 
 # ---------------------------------------------------------------- pairing

@@ -23,10 +23,11 @@ from fedepth.bench import (
     run_config,
     sim_config,
 )
-from fedepth.cli import main
 from fedepth.models import save_weights
 from fedepth.runstate import load_finished
 from fedepth.sim import TABLE_METRICS, RoundRecord, initial_model
+from fedepth.transport import TransportError
+from fedepth_cli.main import main
 
 CFG = sim_config(
     "hpe",
@@ -376,6 +377,24 @@ def test_an_out_with_unreadable_or_missing_settings_is_refused(tmp_path: Path) -
     check_out(spec)
     with pytest.raises(OutConflictError, match=r"round_schedule=\(unset\); this command has "):
         check_out(replace(spec, sim=replace(CFG, round_schedule="cosine")))
+
+
+def test_a_transport_other_than_in_process_must_be_handed_to_the_library(
+    tmp_path: Path,
+) -> None:
+    """fedepth runs methods in-process only; the gRPC transport comes from its caller."""
+    spec = BenchSpec("hpe", "smoke", ("fedavg",), tmp_path / "out", CFG, transport="grpc")
+    with pytest.raises(TransportError, match=r"transport='grpc' needs a transport.*GrpcBench"):
+        run_benchmark(spec)
+    assert not spec.out.exists()  # refused before anything is written
+
+    def unused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("not called")
+
+    inprocess = replace(spec, transport="inprocess")
+    with pytest.raises(TransportError, match="a transport was passed for"):
+        run_benchmark(inprocess, transport=unused)
+    assert not spec.out.exists()
 
 
 @pytest.mark.parametrize(

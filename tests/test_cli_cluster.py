@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedepth.cli import main
+from fedepth_cli.main import main
 
 
 def _npz(path: Path, **arrays: np.ndarray) -> Path:
@@ -118,7 +118,7 @@ def test_console_script_entry_point(fleet: Path) -> None:
         [
             sys.executable,
             "-m",
-            "fedepth.cli",
+            "fedepth_cli",
             "cluster",
             "--descriptors",
             str(fleet),

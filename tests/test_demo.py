@@ -13,7 +13,7 @@ from fedepth.bench import (
     demo_verdict,
     sim_config,
 )
-from fedepth.cli import main
+from fedepth_cli.main import main
 
 
 def _results(fedavg: float, fedepth: float, stds: tuple[float, float], seeds: int) -> dict:

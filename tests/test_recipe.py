@@ -135,7 +135,7 @@ def test_the_simulation_and_the_coordinator_give_each_round_its_lr() -> None:
 
 
 def test_the_cli_offers_the_round_schedules_the_recipe_knows() -> None:
-    from fedepth.cli import build_parser
+    from fedepth_cli.main import build_parser
 
     bench = build_parser()._subparsers._group_actions[0].choices["bench"]  # type: ignore[union-attr]
     (action,) = [a for a in bench._actions if a.dest == "round_schedule"]

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from fedepth.bench import BenchSpec, ensure_weights, run_benchmark, sim_config
-from fedepth.cli import main
 from fedepth.data.crops import evaluation_crop
 from fedepth.data.scenario import Scenario, load_scenario
 from fedepth.data.torchdata import resize_frame
@@ -32,6 +31,7 @@ from fedepth.sim import (
     state_nbytes,
     wire_seconds,
 )
+from fedepth_cli.main import main
 
 CFG = sim_config(
     "hpe",

@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 
 from fedepth.bench import BenchSpec, run_benchmark, sim_config
-from fedepth.cli import main
 from fedepth.clustering import jeffreys_matrix
 from fedepth.data.scenario import Scenario, load_scenario
 from fedepth.descriptor import Descriptor, stack_descriptors
@@ -31,6 +30,7 @@ from fedepth.models import get_state, save_weights
 from fedepth.sim import Fleet, MethodRun, SequentialExecutor, SimConfig, Simulation, initial_model
 from fedepth.strategies import ClientInfo, ClusteredStrategy
 from fedepth.strategies.pacfl import BASIS_KEY
+from fedepth_cli.main import main
 from fedepth_coordinator.benchrun import GrpcBench
 
 BASE = sim_config(
@@ -150,7 +150,7 @@ def test_benchmark_over_grpc_writes_marked_results(smoke_hpe: Path, tmp_path: Pa
         transport="grpc",
     )
     lines: list[str] = []
-    run_benchmark(spec, echo=lines.append)
+    run_benchmark(spec, echo=lines.append, transport=GrpcBench)
     results = json.loads((out / "results.json").read_text())
     assert results["transport"] == "grpc"
     assert results["methods"]["fedavg"]["transport"] == "grpc"
@@ -164,7 +164,7 @@ def test_benchmark_over_grpc_writes_marked_results(smoke_hpe: Path, tmp_path: Pa
 
     # another seed on the same --out: finished pairs are skipped, the new ones run over gRPC
     lines.clear()
-    more = run_benchmark(replace(spec, seeds=(0, 1)), echo=lines.append)
+    more = run_benchmark(replace(spec, seeds=(0, 1)), echo=lines.append, transport=GrpcBench)
     assert "fedavg: seed 0 finished earlier" in " ".join(lines)
     fedavg = more["methods"]["fedavg"]
     assert fedavg["seeds"]["0"] == results["methods"]["fedavg"]["seeds"]["0"]
@@ -184,7 +184,7 @@ def test_bench_cli_takes_the_transport(tmp_path: Path, capsys: pytest.CaptureFix
 def test_fedepth_imports_no_grpc() -> None:
     """The gRPC transport is imported only when asked for."""
     code = (
-        "import sys, fedepth.bench, fedepth.cli, fedepth.sim\n"
+        "import sys, fedepth.bench, fedepth_cli.main, fedepth.sim\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in "
         "('grpc', 'grpc_health', 'fedepth_coordinator') or m.startswith('google.protobuf')]\n"
         "assert not bad, bad\n"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fedepth import cli as fedepth_cli
+from fedepth_cli.main import main as fedepth_main
 from fedepth_coordinator.auth import read_credentials
 from fedepth_coordinator.cli import main
 from fedepth_coordinator.client import CoordinatorClient
@@ -147,13 +147,13 @@ def test_fleet_status_prints_the_table_and_cluster_map(
     token_file.write_text(creds.tokens["ops"] + "\n")
     target = f"127.0.0.1:{server.port}"
     args = ["fleet", "status", "--coordinator", target, "--token-file", str(token_file)]
-    assert fedepth_cli.main(args) == 0
+    assert fedepth_main(args) == 0
     out = capsys.readouterr().out
     assert "phase: training" in out and "cluster map:" in out
     for rid in robot_ids(4):
         assert rid in out
-    assert fedepth_cli.main([*args, "--json"]) == 0
+    assert fedepth_main([*args, "--json"]) == 0
     assert '"phase": "training"' in capsys.readouterr().out
     token_file.write_text("wrong")
-    assert fedepth_cli.main(args) == 2
+    assert fedepth_main(args) == 2
     assert "UNAUTHENTICATED" in capsys.readouterr().err

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fedepth.cli import main
+from fedepth_cli.main import main
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from rclpy.signals import SignalHandlerOptions
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 
-from fedepth_ros.bag_writer import synthetic_frames, write_rgbd_bag
+from fedepth.data.bag_writer import synthetic_frames, write_rgbd_bag
 
 N_FRAMES = 20
 RATE_HZ = 20.0

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from sensor_msgs.msg import CameraInfo, Image
 
-from fedepth_ros import conversions as cv
-from fedepth_ros.bag_writer import synthetic_frames
+from fedepth.data import rosmsg
+from fedepth.data.bag_writer import synthetic_frames
 
 from .conftest import (
     N_FRAMES,
@@ -51,15 +51,15 @@ def test_player_publishes_the_bag_at_the_recorded_rate(
     for topic, received in listener.received.items():
         msgs = [m for _, m in received]
         assert len(msgs) == N_FRAMES, topic
-        assert [cv.stamp_to_ns(m.header.stamp) for m in msgs] == expected, topic
+        assert [rosmsg.stamp_to_ns(m.header.stamp) for m in msgs] == expected, topic
     images = [m for _, m in listener.received["/t/image"]]
     assert {m.encoding for m in images} == {"rgb8"}
-    np.testing.assert_array_equal(cv.image_to_rgb(images[3]), frames[3].rgb)
+    np.testing.assert_array_equal(rosmsg.image_to_rgb(images[3]), frames[3].rgb)
     depths = [m for _, m in listener.received["/t/depth"]]
     assert {m.encoding for m in depths} == {"32FC1"}
-    np.testing.assert_array_equal(cv.depth_to_meters(depths[5]), frames[5].depth)
+    np.testing.assert_array_equal(rosmsg.depth_to_meters(depths[5]), frames[5].depth)
     info = listener.received["/t/camera_info"][0][1]
-    np.testing.assert_array_equal(cv.k_from_camera_info(info), frames[0].K)
+    np.testing.assert_array_equal(rosmsg.k_from_camera_info(info), frames[0].K)
 
     arrivals = [t for t, _ in listener.received["/t/image"]]
     span = arrivals[-1] - arrivals[0]
@@ -88,7 +88,7 @@ def test_player_topic_selection_offset_prefix_remap_and_loop(
     first = synthetic_frames(1, rate_hz=RATE_HZ)[0].stamp_ns
     period = round(1e9 / RATE_HZ)
     frames = [
-        (cv.stamp_to_ns(m.header.stamp) - first) // period
+        (rosmsg.stamp_to_ns(m.header.stamp) - first) // period
         for _, m in listener.received["/t/cam/image"][:15]
     ]
     assert frames == list(range(10, 20)) + list(range(10, 15))  # offset 0.5 s = frame 10

@@ -11,10 +11,10 @@ from mcap.reader import make_reader
 from rosbags.rosbag2 import Reader
 from rosbags.typesys import Stores, get_typestore
 
-from fedepth_ros import conversions as cv
-from fedepth_ros.bag_writer import BagTopics, BagWriteError, synthetic_frames, write_rgbd_bag
-from fedepth_ros.bags import BagError, bag_info, open_bag, select_connections
-from fedepth_ros.sync import RGBDFrame
+from fedepth.data import rosmsg
+from fedepth.data.bag_writer import BagTopics, BagWriteError, synthetic_frames, write_rgbd_bag
+from fedepth.data.bags import BagError, bag_info, open_bag, select_connections
+from fedepth.data.frames import RGBDFrame
 
 from .conftest import N_FRAMES, RATE_HZ, make_corrupt_bags, make_empty_bag
 
@@ -32,20 +32,20 @@ def test_written_bag_reads_back_with_rosbags(bags: dict[str, Path], storage: str
             msg = typestore.deserialize_cdr(raw, conn.msgtype)
             frame = frames[seen[conn.topic]]
             seen[conn.topic] += 1
-            assert log_ns == frame.stamp_ns == cv.stamp_to_ns(msg.header.stamp)
+            assert log_ns == frame.stamp_ns == rosmsg.stamp_to_ns(msg.header.stamp)
             assert msg.header.frame_id == "camera"
             if conn.topic == "/image":
                 assert (msg.encoding, msg.step) == ("rgb8", 64 * 3)
-                np.testing.assert_array_equal(cv.image_to_rgb(msg), frame.rgb)
+                np.testing.assert_array_equal(rosmsg.image_to_rgb(msg), frame.rgb)
             elif conn.topic == "/depth":
                 assert msg.encoding == "32FC1"
-                raw_depth = cv.image_to_numpy(msg)
+                raw_depth = rosmsg.image_to_numpy(msg)
                 invalid = frame.depth == 0
                 assert invalid.any() and np.isnan(raw_depth[invalid]).all()
-                np.testing.assert_array_equal(cv.depth_to_meters(msg), frame.depth)
+                np.testing.assert_array_equal(rosmsg.depth_to_meters(msg), frame.depth)
             else:
                 assert conn.msgtype == "sensor_msgs/msg/CameraInfo"
-                np.testing.assert_array_equal(cv.k_from_camera_info(msg), frame.K)
+                np.testing.assert_array_equal(rosmsg.k_from_camera_info(msg), frame.K)
                 assert (msg.width, msg.height) == (64, 48)
     assert seen == dict.fromkeys(TOPICS, N_FRAMES)
 
@@ -83,7 +83,7 @@ def test_written_messages_deserialize_as_rclpy_messages(bags: dict[str, Path]) -
             msg = deserialize_message(raw, cls)
             assert msg.header.frame_id == "camera"
             if conn.topic == "/depth":
-                assert cv.depth_to_meters(msg).shape == (48, 64)
+                assert rosmsg.depth_to_meters(msg).shape == (48, 64)
 
 
 @pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
@@ -119,7 +119,7 @@ def test_writer_options(tmp_path: Path) -> None:
         _, _, raw = next(reader.messages([conn]))
         msg = typestore.deserialize_cdr(raw, conn.msgtype)
         assert (msg.encoding, msg.header.frame_id) == ("16UC1", "optical")
-        np.testing.assert_allclose(cv.depth_to_meters(msg), frames[0].depth, atol=5e-4)
+        np.testing.assert_allclose(rosmsg.depth_to_meters(msg), frames[0].depth, atol=5e-4)
     assert "fedepth.platform: car" in (out.path / "metadata.yaml").read_text()
 
 

@@ -14,9 +14,8 @@ from mcap.reader import make_reader
 from rosbags.rosbag2 import Reader
 from rosbags.typesys import Stores, get_typestore
 
-from fedepth.cli import main
-from fedepth.data import M3EDSequence
-from fedepth_ros import conversions as cv
+from fedepth.data import M3EDSequence, rosmsg
+from fedepth_cli.main import main
 
 
 def test_test_scene_then_info(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,7 +57,7 @@ def test_bag_errors_are_one_line_exit_2(
 def test_bag_commands_do_not_import_rclpy(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "from fedepth.cli import main\n"
+        "from fedepth_cli.main import main\n"
         f"assert main(['bag', 'test-scene', '--out', {str(tmp_path / 'b')!r}, '--frames', '2',"
         " '--no-progress']) == 0\n"
         f"assert main(['bag', 'info', {str(tmp_path / 'b')!r}]) == 0\n"
@@ -93,10 +92,10 @@ def test_from_m3ed_writes_the_reprojected_frames(
     )
     for i, frame in enumerate(seq):
         image, depth_msg, info = msgs["/image"][i], msgs["/depth"][i], msgs["/camera_info"][i]
-        assert cv.stamp_to_ns(image.header.stamp) == frame.stamp_ns
-        np.testing.assert_array_equal(cv.image_to_rgb(image), frame.rgb)
-        np.testing.assert_array_equal(cv.depth_to_meters(depth_msg), frame.depth)
-        np.testing.assert_array_equal(cv.k_from_camera_info(info), frame.K)
+        assert rosmsg.stamp_to_ns(image.header.stamp) == frame.stamp_ns
+        np.testing.assert_array_equal(rosmsg.image_to_rgb(image), frame.rgb)
+        np.testing.assert_array_equal(rosmsg.depth_to_meters(depth_msg), frame.depth)
+        np.testing.assert_array_equal(rosmsg.k_from_camera_info(info), frame.K)
     (mcap_file,) = out.glob("*.mcap")
     with mcap_file.open("rb") as f:
         summary = make_reader(f).get_summary()
@@ -116,7 +115,7 @@ def test_from_sequence_synthesises_stamps_for_nyu(
     argv = ["bag", "from-sequence", "--scenario-dir", str(root), "--sequence", name]
     assert main([*argv, "--out", str(out), "--rate", "5", "--no-progress"]) == 0
     capsys.readouterr()
-    stamps = [cv.stamp_to_ns(m.header.stamp) for m in _read_bag(out)["/image"]]
+    stamps = [rosmsg.stamp_to_ns(m.header.stamp) for m in _read_bag(out)["/image"]]
     assert stamps == [i * 200_000_000 for i in range(len(stamps))] and len(stamps) > 1
     assert "fedepth.synthetic_stamps: 'true'" in (out / "metadata.yaml").read_text()
 

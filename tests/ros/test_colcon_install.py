@@ -23,7 +23,7 @@ from .test_launch_files import MODELS, ROOT, _console_scripts, _kw, _name, _pack
 
 #: what colcon's ament_python build needs from the source tree
 SOURCES = ("setup.py", "setup.cfg", "package.xml", "README.md", "resource", "launch", "config")
-PACKAGES = ("fedepth", "fedepth_coordinator", "fedepth_ros")
+PACKAGES = ("fedepth", "fedepth_cli", "fedepth_coordinator", "fedepth_ros")
 #: pip name -> rosdep key (rosdistro rosdep/python.yaml) of the dependencies that have one
 ROSDEP_KEYS = {
     "numpy": "python3-numpy",
@@ -124,6 +124,24 @@ def test_the_installed_coordinator_runs_from_the_prefix(prefix: Path, tmp_path: 
         timeout=60,
     )
     assert Path(where.stdout.strip()).is_relative_to(site), where
+
+
+def test_the_installed_fedepth_command_writes_and_reads_a_bag(
+    prefix: Path, tmp_path: Path
+) -> None:
+    """`fedepth` (fedepth_cli) and the bag code it drives (fedepth.data) are installed."""
+    site = next(prefix.glob("lib/python3*/site-packages"))
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    exe = str(prefix / "lib" / _package_name() / "fedepth")
+    for argv in (
+        [exe, "bag", "test-scene", "--out", "b", "--frames", "2", "--no-progress"],
+        [exe, "bag", "info", "b", "--json"],
+    ):
+        done = subprocess.run(
+            argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+    assert '"message_count": 6' in done.stdout, done.stdout
 
 
 def test_every_runtime_dependency_has_a_rosdep_key_or_a_pip_requirement() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedepth.data import rosmsg
 from fedepth.models import card_of, create_model, get_state, save_state, save_weights
-from fedepth_ros import conversions as cv
 from fedepth_ros.learner import check_served, model_from_card, model_from_weights, set_threads
 from fedepth_ros.node_common import empty_parameter_message
 
@@ -24,7 +24,7 @@ def test_points_follow_the_pinhole_model() -> None:
     K = np.array([[50.0, 0, 3.5], [0, 40.0, 2.0], [0, 0, 1]])
     depth = np.full((5, 8), 2.0, np.float32)
     depth[0, 0] = np.nan
-    pts = cv.depth_to_points(depth, K)
+    pts = rosmsg.depth_to_points(depth, K)
     assert pts.shape == (5, 8, 3) and np.isnan(pts[0, 0]).all()
     np.testing.assert_allclose(pts[4, 7], [(7 - 3.5) * 2 / 50, (4 - 2.0) * 2 / 40, 2.0], rtol=1e-6)
 

@@ -20,15 +20,14 @@ import pytest
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
 
-from fedepth.cli import main as fedepth_main
-from fedepth.data import M3EDSequence
+from fedepth.data import M3EDSequence, rosmsg
 from fedepth.models import create_model, save_weights
+from fedepth_cli.main import main as fedepth_main
 from fedepth_coordinator.auth import add_principal
 from fedepth_coordinator.client import CoordinatorClient, open_channel
 from fedepth_coordinator.config import CoordinatorConfig, config_from_dict
 from fedepth_coordinator.domain import Phase
 from fedepth_coordinator.simulate import CoordinatorProcess
-from fedepth_ros import conversions as cv
 
 from .conftest import Listener
 
@@ -275,18 +274,18 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
     assert len(route["weights"]) == len(route["clusters"])
     assert sum(route["weights"]) == pytest.approx(1.0)
     preds = [m for _, m in listener.received["/unseen/depth_pred/image"]]
-    got = [cv.stamp_to_ns(m.header.stamp) for m in preds]
+    got = [rosmsg.stamp_to_ns(m.header.stamp) for m in preds]
     assert set(got) <= set(stamps) and got == sorted(got)
     for msg in preds:
         assert msg.encoding == "32FC1" and msg.header.frame_id == "camera"
-        depth = cv.image_to_numpy(msg)
+        depth = rosmsg.image_to_numpy(msg)
         assert depth.shape == seq[0].depth.shape
         valid = ~np.isnan(depth)
         assert valid.any() and np.isfinite(depth[valid]).all()
         assert depth[valid].min() >= MIN_DEPTH and depth[valid].max() <= MAX_DEPTH
     infos = [m for _, m in listener.received["/unseen/depth_pred/camera_info"]]
     assert infos and (infos[0].width, infos[0].height) == (seq[0].rgb.shape[1], len(seq[0].rgb))
-    np.testing.assert_allclose(cv.k_from_camera_info(infos[0]), seq[0].K)
+    np.testing.assert_allclose(rosmsg.k_from_camera_info(infos[0]), seq[0].K)
     log = processes.log("depth")
     assert f"routed {DESCRIPTOR_FRAMES} frames to clusters" in log
     assert "re-routing on: drift against tau" in log and "scene drift: divergence" in log, log

@@ -15,9 +15,9 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import String
 
+from fedepth.data import rosmsg
+from fedepth.data.bag_writer import synthetic_frames, write_rgbd_bag
 from fedepth.models import create_model, save_weights
-from fedepth_ros import conversions as cv
-from fedepth_ros.bag_writer import synthetic_frames, write_rgbd_bag
 
 from .conftest import N_FRAMES, RATE_HZ, TIMEOUT, finish, start_player
 
@@ -95,13 +95,13 @@ def test_depth_node_with_a_local_model_publishes_depth_for_every_frame(
 
     frames = synthetic_frames(N_FRAMES, rate_hz=RATE_HZ)
     preds = [m for _, m in listener.received["/d/depth_pred/image"]]
-    assert [cv.stamp_to_ns(m.header.stamp) for m in preds] == [f.stamp_ns for f in frames]
+    assert [rosmsg.stamp_to_ns(m.header.stamp) for m in preds] == [f.stamp_ns for f in frames]
     for msg in preds:
-        depth = cv.image_to_numpy(msg)
+        depth = rosmsg.image_to_numpy(msg)
         assert msg.encoding == "32FC1" and depth.shape == frames[0].depth.shape
         assert np.isfinite(depth).all() and depth.min() >= 0.1 and depth.max() <= 10.0
     info = listener.received["/d/depth_pred/camera_info"][0][1]
-    np.testing.assert_array_equal(cv.k_from_camera_info(info), frames[0].K)
+    np.testing.assert_array_equal(rosmsg.k_from_camera_info(info), frames[0].K)
     assert info.header == preds[0].header  # the sibling camera_info carries the image header
 
     # the point cloud against one computed here from the published depth and camera_info
@@ -109,7 +109,7 @@ def test_depth_node_with_a_local_model_publishes_depth_for_every_frame(
     assert [f.name for f in cloud.fields] == ["x", "y", "z"] and cloud.point_step == 12
     assert cloud.header == preds[0].header
     xyz = np.frombuffer(bytes(cloud.data), dtype="<f4").reshape(cloud.height, cloud.width, 3)
-    depth = cv.image_to_numpy(preds[0]).astype(np.float64)
+    depth = rosmsg.image_to_numpy(preds[0]).astype(np.float64)
     K = np.asarray(info.k, dtype=np.float64).reshape(3, 3)
     v, u = np.indices(depth.shape)
     rays = np.linalg.inv(K) @ np.stack([u.ravel(), v.ravel(), np.ones(u.size)])
@@ -141,7 +141,7 @@ def test_depth_node_defaults_deliver_640x480_depth_to_a_sensor_data_subscriber(
     rc, log = stop(node)
     counts = len(listener.received[topic])
     assert got_all and rc_player == 0 and rc == 0, f"{counts}\n{log}{player_log}"
-    shapes = {cv.image_to_numpy(m).shape for _, m in listener.received[topic]}
+    shapes = {rosmsg.image_to_numpy(m).shape for _, m in listener.received[topic]}
     assert shapes == {(480, 640)}
 
 

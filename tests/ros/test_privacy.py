@@ -19,11 +19,11 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
+from fedepth.data.bag_writer import synthetic_frames, write_rgbd_bag
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
 from fedepth_coordinator.client import CoordinatorClient, open_channel
 from fedepth_coordinator.domain import Phase
 from fedepth_coordinator.server import running
-from fedepth_ros.bag_writer import synthetic_frames, write_rgbd_bag
 
 from .test_end_to_end import Processes, small_federation, wait_until
 

@@ -12,13 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fedepth.data.frames import FrameLike, RGBDFrame
 from fedepth_ros.sync import (
     SPILL_PREFIX,
     DropOldestQueue,
     FrameBuffer,
-    FrameLike,
     PairSync,
-    RGBDFrame,
     load_frame,
 )
 

@@ -1,10 +1,11 @@
-"""sensor_msgs Image / CameraInfo <-> numpy, and ROS stamps <-> integer nanoseconds.
+"""sensor_msgs Image / CameraInfo fields <-> numpy, and ROS stamps <-> integer nanoseconds.
 
-The readers are duck-typed: they accept any object with the message's fields, so they work on
-rclpy messages (``sensor_msgs.msg.Image``) and on rosbags' deserialized dataclasses alike. The
-``*_fields`` functions return plain field dicts that both message flavours can be built from;
-the ``*_msg`` builders import the rclpy message packages lazily, so this module imports without
-ROS.
+No ROS here: the readers are duck-typed, so they accept any object with the message's fields
+(rclpy messages such as ``sensor_msgs.msg.Image``, rosbags' deserialized dataclasses, handmade
+objects), and the ``*_fields`` functions return plain field dicts that either message flavour
+is built from. The rclpy message builders are :mod:`fedepth_ros.messages`; the bag reader and
+writer (:mod:`fedepth.data.bags`, :mod:`fedepth.data.bag_writer`) use these functions with
+rosbags' messages.
 
 Depth conventions (REP 118): ``32FC1`` is metres with NaN for "no return"; ``16UC1`` is
 millimetres with 0 for "no return". The library-side convention (``fedepth`` frames) is float32
@@ -13,16 +14,11 @@ metres with 0 for invalid; :func:`depth_to_meters` and :func:`depth_image_fields
 
 from __future__ import annotations
 
-import array
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from builtin_interfaces.msg import Time
-    from sensor_msgs.msg import CameraInfo, Image
 
 NS_PER_S = 1_000_000_000
 
@@ -105,14 +101,6 @@ def split_ns(stamp_ns: int) -> tuple[int, int]:
 def stamp_to_ns(stamp: StampLike) -> int:
     """builtin_interfaces/Time (or anything with sec, nanosec) -> integer nanoseconds."""
     return int(stamp.sec) * NS_PER_S + int(stamp.nanosec)
-
-
-def ns_to_stamp(stamp_ns: int) -> Time:
-    """Integer nanoseconds -> builtin_interfaces.msg.Time (rclpy message)."""
-    from builtin_interfaces.msg import Time
-
-    sec, nanosec = split_ns(stamp_ns)
-    return Time(sec=sec, nanosec=nanosec)
 
 
 # ---------------------------------------------------------------- images -> numpy
@@ -257,50 +245,6 @@ def depth_image_fields(
     return image_fields(out, encoding, **kwargs)
 
 
-def _header(stamp_ns: int, frame_id: str) -> Any:
-    from std_msgs.msg import Header
-
-    return Header(stamp=ns_to_stamp(stamp_ns), frame_id=frame_id)
-
-
-def _image_msg(fields: dict[str, Any], stamp_ns: int, frame_id: str) -> Image:
-    from sensor_msgs.msg import Image
-
-    data = array.array("B")
-    data.frombytes(fields.pop("data"))
-    msg = Image(header=_header(stamp_ns, frame_id), **fields)
-    msg.data = data  # array.array('B') is the setter's fast path
-    return msg
-
-
-def numpy_to_image(
-    pixels: np.ndarray,
-    encoding: str,
-    *,
-    stamp_ns: int = 0,
-    frame_id: str = "",
-    step: int | None = None,
-    is_bigendian: bool = False,
-) -> Image:
-    """Array -> sensor_msgs.msg.Image (see :func:`image_fields` for shapes and dtypes)."""
-    fields = image_fields(pixels, encoding, step=step, is_bigendian=is_bigendian)
-    return _image_msg(fields, stamp_ns, frame_id)
-
-
-def meters_to_depth_image(
-    meters: np.ndarray,
-    encoding: str = "32FC1",
-    *,
-    stamp_ns: int = 0,
-    frame_id: str = "",
-    step: int | None = None,
-    is_bigendian: bool = False,
-) -> Image:
-    """(H, W) metres -> REP 118 depth sensor_msgs.msg.Image (see :func:`depth_image_fields`)."""
-    fields = depth_image_fields(meters, encoding, step=step, is_bigendian=is_bigendian)
-    return _image_msg(fields, stamp_ns, frame_id)
-
-
 # ---------------------------------------------------------------- camera info
 
 
@@ -338,23 +282,6 @@ def camera_info_fields(
     }
 
 
-def camera_info_from_k(
-    K: np.ndarray,
-    width: int,
-    height: int,
-    *,
-    stamp_ns: int = 0,
-    frame_id: str = "",
-    distortion_model: str = "plumb_bob",
-    D: np.ndarray | None = None,
-) -> CameraInfo:
-    """3x3 intrinsics and image size -> sensor_msgs.msg.CameraInfo."""
-    from sensor_msgs.msg import CameraInfo
-
-    fields = camera_info_fields(K, width, height, distortion_model=distortion_model, D=D)
-    return CameraInfo(header=_header(stamp_ns, frame_id), **fields)
-
-
 def k_from_camera_info(msg: CameraInfoLike) -> np.ndarray:
     """CameraInfo -> 3x3 float64 K; raises if K is unset (all zeros, an uncalibrated camera)."""
     k = np.asarray(msg.k, dtype=np.float64)
@@ -381,26 +308,3 @@ def depth_to_points(depth: np.ndarray, K: np.ndarray) -> np.ndarray:
     x = (u - np.float32(K[0, 2])) * z / np.float32(K[0, 0])
     y = (v - np.float32(K[1, 2])) * z / np.float32(K[1, 1])
     return np.stack([x, y, z], axis=-1).astype(np.float32)
-
-
-def points_message(points: np.ndarray, *, header: Any) -> Any:
-    """(H, W, 3) float32 XYZ -> an organized sensor_msgs/PointCloud2 (fields x, y, z)."""
-    from sensor_msgs.msg import PointCloud2, PointField
-
-    h, w, _ = points.shape
-    fields = [
-        PointField(name=n, offset=4 * i, datatype=PointField.FLOAT32, count=1)
-        for i, n in enumerate("xyz")
-    ]
-    data = np.ascontiguousarray(points, dtype="<f4").tobytes()
-    return PointCloud2(
-        header=header,
-        height=h,
-        width=w,
-        fields=fields,
-        is_bigendian=False,
-        point_step=12,
-        row_step=12 * w,
-        data=array.array("B", data),
-        is_dense=False,
-    )

@@ -27,7 +27,8 @@ from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 from tqdm import tqdm
 
-from fedepth_ros.conversions import (
+from fedepth.data.frames import FrameLike, RGBDFrame
+from fedepth.data.rosmsg import (
     DEPTH_ENCODINGS,
     ConversionError,
     camera_info_fields,
@@ -35,7 +36,6 @@ from fedepth_ros.conversions import (
     image_fields,
     split_ns,
 )
-from fedepth_ros.sync import FrameLike, RGBDFrame
 
 STORAGES = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
 ROSBAG2_VERSION: Literal[9] = 9  # the metadata version written by Jazzy / Kilted
