@@ -35,7 +35,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from fedepth import clustering
-from fedepth.bench import PROFILE_SIM, sim_config
+from fedepth.bench import SIM_SIZES, sim_config
 from fedepth.descriptor import DescriptorExtractor
 from fedepth.models import get_state
 from fedepth.sim import wire_seconds
@@ -135,7 +135,7 @@ def measure(profile: str, backbone: str, clients: int, repeats: int) -> dict[str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", choices=sorted(PROFILE_SIM), default="small")
+    parser.add_argument("--profile", choices=sorted(SIM_SIZES), default="small")
     parser.add_argument("--backbone", default="newcrfs-lite")
     parser.add_argument("--clients", type=int, default=41, help="fleet size (HPE small: 41)")
     parser.add_argument("--repeats", type=int, default=3)

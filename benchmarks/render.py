@@ -30,7 +30,7 @@ from fedepth.data.synth.generate import (
 )
 from fedepth.data.synth.platforms import PLATFORMS
 from fedepth.data.synth.render import Renderer
-from fedepth.data.synth.scenarios import PROFILES, hpe_plan
+from fedepth.data.synth.scenarios import DATA_SIZES, hpe_plan
 from fedepth.data.synth.trajectory import Trajectory
 from fedepth.data.synth.validate import reprojection_agreement
 
@@ -104,7 +104,7 @@ def generation_time(scenario: str, profile: str) -> dict[str, Any]:
 
 
 def agreement(samples: int) -> list[dict[str, Any]]:
-    prof = PROFILES["small"]
+    prof = DATA_SIZES["small"]
     rows = []
     with tempfile.TemporaryDirectory(prefix="fedepth-bench-") as tmp:
         for name in AGREEMENT_SEQUENCES:

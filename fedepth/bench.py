@@ -114,10 +114,12 @@ class BenchSpec:
         return self.seeds or (self.sim.seed,)
 
 
-#: Simulation sizes per data profile (every field can be overridden on the command line).
+#: The simulation half of each profile (every field can be overridden on the command line).
+#: A profile (``--profile``: smoke, small, paper) names a size of everything: its data half,
+#: the synthetic scenario's sizes, is :data:`fedepth.data.synth.scenarios.DATA_SIZES`.
 #: small: sized so one method's run takes a few minutes on a 2-core CPU; paper: starting points
 #: for GPU machines at the paper's scale (KITTI-like input, 50 rounds).
-PROFILE_SIM: dict[str, dict[str, Any]] = {
+SIM_SIZES: dict[str, dict[str, Any]] = {
     "smoke": {
         "image_size": (32, 48),
         "rounds": 3,
@@ -256,9 +258,9 @@ def demo_verdict(results: dict[str, Any], reference: MeasuredSpread | None = Non
 
 def sim_config(scenario: str, profile: str, **overrides: Any) -> SimConfig:
     """The simulation configuration of a scenario and profile, with overrides applied."""
-    if profile not in PROFILE_SIM:
-        raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(PROFILE_SIM)}")
-    fields = {**scenario_defaults(scenario), **PROFILE_SIM[profile]}
+    if profile not in SIM_SIZES:
+        raise ValueError(f"unknown profile {profile!r}; choose from {', '.join(SIM_SIZES)}")
+    fields = {**scenario_defaults(scenario), **SIM_SIZES[profile]}
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return SimConfig(**fields)
 

@@ -25,7 +25,7 @@ from fedepth.data.synth.generate import (
 )
 from fedepth.data.synth.platforms import PLATFORMS
 from fedepth.data.synth.render import Renderer, day_lighting, night_lighting
-from fedepth.data.synth.scenarios import PROFILES, hpe_plan
+from fedepth.data.synth.scenarios import DATA_SIZES, hpe_plan
 from fedepth.data.synth.trajectory import Trajectory
 from fedepth.data.synth.validate import reprojection_agreement
 from fedepth.data.synth.world import Lane, WorldBuilder
@@ -164,7 +164,7 @@ def test_motion_models() -> None:
 
 
 def test_hpe_plan_mirrors_m3ed() -> None:
-    plan = hpe_plan(PROFILES["small"], 0)
+    plan = hpe_plan(DATA_SIZES["small"], 0)
     train = [p for p in plan if p.split == "train"]
     test = [p for p in plan if p.split == "test"]
     pre = [p for p in plan if p.split == "pretrain"]
@@ -178,7 +178,7 @@ def test_hpe_plan_mirrors_m3ed() -> None:
 
 def test_reprojected_depth_agrees_with_depth_rendered_in_the_rgb_camera(tmp_path: Path) -> None:
     """The event-camera depth read back through M3EDSequence against a direct RGB render."""
-    prof = PROFILES["small"]
+    prof = DATA_SIZES["small"]
     results = {}
     for name in ("car_urban_day_penno_small_loop", "spot_forest_easy_1", "falcon_indoor_flight_1"):
         plan = next(p for p in hpe_plan(prof, 0) if p.name == name)
@@ -268,7 +268,7 @@ def test_generation_is_deterministic_per_seed(smoke: dict[str, Path], tmp_path: 
 
 
 def test_place_variants_share_geometry() -> None:
-    plan = hpe_plan(PROFILES["small"], 0)
+    plan = hpe_plan(DATA_SIZES["small"], 0)
     penno = next(p.site for p in plan if p.name == "car_urban_night_penno_big_loop")
     beams = next(p.site for p in plan if p.name == "falcon_outdoor_night_high_beams")
     assert penno.key == beams.key and penno != beams

@@ -53,11 +53,11 @@ from fedepth.data.synth.render import (
     night_lighting,
 )
 from fedepth.data.synth.scenarios import (
+    DATA_SIZES,
     KITTI_STYLES,
     NYU_CLIENT_TYPES,
     NYU_TEST_TYPES,
-    PROFILES,
-    Profile,
+    DataSizes,
     SequencePlan,
     Site,
     hpe_plan,
@@ -220,7 +220,7 @@ def generate_m3ed(
     world: World,
     out_dir: Path,
     seed: int,
-    profile: Profile,
+    profile: DataSizes,
     progress: tqdm | None = None,
 ) -> M3EDRecord:
     """Render one sequence and write ``<name>_data.h5`` / ``<name>_depth_gt.h5``.
@@ -294,7 +294,7 @@ def _m3ed_entry(rec: M3EDRecord, root: Path, client: str | None) -> dict[str, An
     }
 
 
-_SiteTask = tuple[Site, list[SequencePlan], float, Path, int, Profile]
+_SiteTask = tuple[Site, list[SequencePlan], float, Path, int, DataSizes]
 
 
 def _render_site(task: _SiteTask, progress: tqdm | None = None) -> list[dict[str, Any]]:
@@ -312,7 +312,7 @@ def _render_m3ed_plans(
     plans: list[SequencePlan],
     out: Path,
     seed: int,
-    profile: Profile,
+    profile: DataSizes,
     progress: tqdm,
     workers: int,
 ) -> list[dict[str, Any]]:
@@ -371,7 +371,7 @@ class _Scene:
     images: int
 
 
-def _nyu_scenes(profile: Profile, seed: int) -> list[_Scene]:
+def _nyu_scenes(profile: DataSizes, seed: int) -> list[_Scene]:
     """Scenes (rooms) with 1-6 images each (the labeled set averages ~3 per scene), assigned to
     the 15 clients or the test split, in a shuffled order as NYUv2 interleaves them."""
     rng = np.random.default_rng(stable_seed(seed, "nyu-scenes"))
@@ -400,7 +400,9 @@ def _nyu_scenes(profile: Profile, seed: int) -> list[_Scene]:
     return [scenes[i] for i in order]
 
 
-def _generate_nyu(out: Path, profile: Profile, seed: int, progress: tqdm) -> list[dict[str, Any]]:
+def _generate_nyu(
+    out: Path, profile: DataSizes, seed: int, progress: tqdm
+) -> list[dict[str, Any]]:
     scenes = _nyu_scenes(profile, seed)
     h, w = profile.nyu_size
     cam = NYU_CAM.resized(w, h)
@@ -468,7 +470,7 @@ class _KittiDriveSpec:
     frames: int
 
 
-def _kitti_drives(profile: Profile, seed: int) -> list[_KittiDriveSpec]:
+def _kitti_drives(profile: DataSizes, seed: int) -> list[_KittiDriveSpec]:
     rng = np.random.default_rng(stable_seed(seed, "kitti-drives"))
     dates = list(KITTI_DATES)
     drives = []
@@ -514,7 +516,7 @@ def _lidar_mask(
     return np.where(keep & (depth > 0), depth, 0.0).astype(np.float32)
 
 
-_KittiDriveTask = tuple[_KittiDriveSpec, Path, int, Profile]
+_KittiDriveTask = tuple[_KittiDriveSpec, Path, int, DataSizes]
 
 
 def _render_drive(task: _KittiDriveTask, progress: tqdm | None = None) -> list[str]:
@@ -550,7 +552,7 @@ def _render_drive(task: _KittiDriveTask, progress: tqdm | None = None) -> list[s
 
 
 def _generate_kitti(
-    out: Path, profile: Profile, seed: int, progress: tqdm, workers: int
+    out: Path, profile: DataSizes, seed: int, progress: tqdm, workers: int
 ) -> list[dict[str, Any]]:
     root = out / "kitti"
     data_path, gt_path = root / "raw", root / "gt"
@@ -625,9 +627,9 @@ def synthesize(
     """
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r} (choose from {', '.join(SCENARIOS)})")
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r} (choose from {', '.join(PROFILES)})")
-    prof = PROFILES[profile]
+    if profile not in DATA_SIZES:
+        raise ValueError(f"unknown profile {profile!r} (choose from {', '.join(DATA_SIZES)})")
+    prof = DATA_SIZES[profile]
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     if scenario == "hpe":

@@ -48,10 +48,11 @@ class SequencePlan:
 
 
 @dataclass(frozen=True)
-class Profile:
-    """Sizes of a profile: image sizes (H, W) of the M3ED RGB and event cameras and of NYUv2,
-    the scale of KITTI's native size, samples per sequence (depth frames at 10 Hz for M3ED and
-    KITTI drives, images for NYUv2), and how many sequences."""
+class DataSizes:
+    """The data half of a profile (``smoke``, ``small``, ``paper``; its simulation half is
+    :data:`fedepth.bench.SIM_SIZES`): image sizes (H, W) of the M3ED RGB and event cameras and
+    of NYUv2, the scale of KITTI's native size, samples per sequence (depth frames at 10 Hz for
+    M3ED and KITTI drives, images for NYUv2), and how many sequences."""
 
     name: str
     rgb_size: tuple[int, int]
@@ -71,9 +72,9 @@ class Profile:
     kitti_test_drives: int
 
 
-PROFILES: dict[str, Profile] = {
+DATA_SIZES: dict[str, DataSizes] = {
     # CI: a handful of sequences of tiny frames, seconds to generate.
-    "smoke": Profile(
+    "smoke": DataSizes(
         name="smoke",
         rgb_size=(25, 40),
         event_size=(23, 40),
@@ -92,7 +93,7 @@ PROFILES: dict[str, Profile] = {
         kitti_test_drives=1,
     ),
     # CPU benchmark: every client, 48x64 to 80x128 frames (1/10 of native), 30-90 samples each.
-    "small": Profile(
+    "small": DataSizes(
         name="small",
         rgb_size=(80, 128),
         event_size=(72, 128),
@@ -111,7 +112,7 @@ PROFILES: dict[str, Profile] = {
         kitti_test_drives=4,
     ),
     # The paper's counts and the sensors' native sizes (hours of rendering).
-    "paper": Profile(
+    "paper": DataSizes(
         name="paper",
         rgb_size=(800, 1280),
         event_size=(720, 1280),
@@ -278,7 +279,7 @@ def stable_seed(*parts: object) -> int:
     return zlib.crc32("/".join(str(p) for p in parts).encode())
 
 
-def _samples(profile: Profile, split: str, name: str, seed: int) -> int:
+def _samples(profile: DataSizes, split: str, name: str, seed: int) -> int:
     if split == "test":
         return profile.test_samples
     if split == "pretrain":
@@ -289,7 +290,7 @@ def _samples(profile: Profile, split: str, name: str, seed: int) -> int:
     return round(float(np.exp(rng.uniform(np.log(lo), np.log(hi)))))
 
 
-def hpe_plan(profile: Profile, seed: int) -> list[SequencePlan]:
+def hpe_plan(profile: DataSizes, seed: int) -> list[SequencePlan]:
     """The HPE sequences of a profile (training clients, test sequences, pretraining)."""
     rows = HPE_SEQUENCES
     if profile.hpe_train is not None:
@@ -306,7 +307,7 @@ def hpe_plan(profile: Profile, seed: int) -> list[SequencePlan]:
     return plans + pretrain_plan(profile, seed)
 
 
-def pretrain_plan(profile: Profile, seed: int) -> list[SequencePlan]:
+def pretrain_plan(profile: DataSizes, seed: int) -> list[SequencePlan]:
     plans = []
     for k in range(profile.pretrain):
         platform, env, site = PRETRAIN[k % len(PRETRAIN)]
