@@ -1,0 +1,121 @@
+"""A scenario prepared for simulation: descriptors of its clients and unseen test sequences.
+
+:func:`prepare_fleet` describes every client (and its PACFL subspace basis) from frames
+sampled over its data, and every test sequence from its first frames, into a :class:`Fleet`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from fedepth import clustering
+from fedepth.data.scenario import Client, Scenario
+from fedepth.data.sequence import Sequence as RGBDSequence
+from fedepth.descriptor import Descriptor, DescriptorExtractor
+from fedepth.models import DepthModel
+from fedepth.sim.config import SimConfig
+from fedepth.strategies import ClientInfo
+from fedepth.strategies.pacfl import BASIS_KEY
+
+
+@dataclass
+class Fleet:
+    """A scenario prepared for simulation: client infos with descriptors, test-time queries."""
+
+    scenario: Scenario
+    infos: list[ClientInfo]
+    test_queries: list[tuple[RGBDSequence, Descriptor, dict[str, np.ndarray]]]
+    descriptor_seconds: float
+
+    @property
+    def clients(self) -> list[Client]:
+        return self.scenario.clients
+
+
+def _client_rgb(client: Client) -> _ConcatenatedFrames:
+    """A lazy indexable over the RGB frames of all of a client's sequences."""
+    return _ConcatenatedFrames([s.rgb_frames() for s in client.sequences])
+
+
+class _ConcatenatedFrames:
+    """Several lazy frame sequences read as one, in order (frame i of the whole)."""
+
+    def __init__(self, parts: list[Any]) -> None:
+        self.parts = parts
+        self.offsets = np.cumsum([0] + [len(p) for p in parts])
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def __getitem__(self, i: int) -> Any:
+        k = int(np.searchsorted(self.offsets, i, side="right") - 1)
+        return self.parts[k][int(i - self.offsets[k])]
+
+
+def prepare_fleet(
+    scenario: Scenario, encoder_model: DepthModel, config: SimConfig, *, progress: bool = True
+) -> Fleet:
+    """Descriptors (and PACFL subspace bases) of every client and test sequence.
+
+    Training clients describe n frames sampled over their data; an unseen test sequence is
+    described from its first n frames, as a robot would at the start of a deployment.
+    """
+    t0 = time.perf_counter()
+    size = config.image_size
+
+    def to_tensor(img: Any) -> torch.Tensor:
+        rgb = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1).float().div_(255.0)
+        return torch.nn.functional.interpolate(
+            rgb[None], size=size, mode="bilinear", align_corners=False, antialias=True
+        )[0]
+
+    extractor = DescriptorExtractor(
+        encoder_model.forward_features, num_frames=config.descriptor_frames, seed=config.seed
+    )
+    infos = []
+    for c in tqdm(
+        scenario.clients, desc="descriptors", unit="client", leave=False, disable=not progress
+    ):
+        frames = _client_rgb(c)
+        desc, feats = extractor.extract_with_features(frames, to_tensor=to_tensor)
+        basis = clustering.subspace_basis(feats.T, config.pacfl_basis)
+        infos.append(
+            ClientInfo(
+                c.name,
+                c.num_samples,
+                desc,
+                labels={"platform": c.platform, "environment": c.environment},
+                extra={BASIS_KEY: basis},
+            )
+        )
+    queries = []
+    for seq in scenario.test:
+        n = min(len(seq), config.descriptor_frames)
+        first = _FirstFrames(seq.rgb_frames(), n)
+        desc, feats = extractor.extract_with_features(first, to_tensor=to_tensor)
+        queries.append(
+            (seq, desc, {BASIS_KEY: clustering.subspace_basis(feats.T, config.pacfl_basis)})
+        )
+    return Fleet(scenario, infos, queries, time.perf_counter() - t0)
+
+
+class _FirstFrames:
+    """The first ``n`` frames of a lazy frame sequence (what a robot has seen at the start of a
+    deployment)."""
+
+    def __init__(self, frames: Any, n: int) -> None:
+        self.frames, self.n = frames, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return self.frames[int(i)]

@@ -1,0 +1,136 @@
+"""What a run produces: round records, a method's run and its summary, the final numbers.
+
+:class:`RoundRecord` per round, :class:`MethodRun` per method (its summary is a method's entry
+of results.json), :func:`final_metrics`: the mean over the evaluations of the last rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedepth.strategies import Strategy
+
+#: The metrics reported in tables (the paper's seven).
+TABLE_METRICS = ("abs_rel", "sq_rel", "rmse", "rmse_log", "d1", "d2", "d3")
+
+
+@dataclass
+class RoundRecord:
+    """What one round produced."""
+
+    round: int
+    train_seconds: float
+    aggregate_seconds: float  # strategy.configure_train + aggregate_train
+    wire_seconds: float  # encoding downloads, encoding + decoding + checking uploads
+    mean_loss: float
+    download_bytes: dict[str, int]
+    upload_bytes: dict[str, int]
+    test: dict[str, dict[str, float]] | None = None
+    routes: dict[str, list[int]] | None = None
+
+    @property
+    def overhead_seconds(self) -> float:
+        return self.aggregate_seconds + self.wire_seconds
+
+
+@dataclass
+class MethodRun:
+    """A method's run: per-round records, final metrics, per-group metrics, cluster map."""
+
+    method: str
+    rounds: list[RoundRecord]
+    final: dict[str, float]
+    per_sequence: dict[str, dict[str, float]]
+    groups: dict[str, dict[str, float]]
+    clusters: list[list[int]]
+    descriptor_seconds: float  # the fleet's descriptors (shared by every method of a run)
+    setup_seconds: float  # strategy.initialize: clustering, tau calibration
+    samples: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]
+    params: dict[str, Any]
+    strategy: Strategy
+
+    def summary(self) -> dict[str, Any]:
+        train = sum(r.train_seconds for r in self.rounds)
+        per_round = sum(r.overhead_seconds for r in self.rounds)
+        over = per_round + self.setup_seconds + self.descriptor_seconds
+        return {
+            **{k: self.final[k] for k in TABLE_METRICS if k in self.final},
+            "final_all": self.final,
+            "groups": self.groups,
+            "per_sequence": self.per_sequence,
+            "clusters": self.clusters,
+            "params": self.params,
+            "curves": {
+                "round": [r.round for r in self.rounds],
+                "train_loss": [r.mean_loss for r in self.rounds],
+                "abs_rel": [
+                    None if r.test is None else r.test["all"]["abs_rel"] for r in self.rounds
+                ],
+            },
+            "timing": {
+                "train_seconds": train,
+                "overhead_seconds": over,
+                "overhead_fraction": over / max(train + over, 1e-9),
+                "round_overhead_fraction": per_round / max(train + per_round, 1e-9),
+                "descriptor_seconds": self.descriptor_seconds,
+                "setup_seconds": self.setup_seconds,
+                "aggregate_seconds": sum(r.aggregate_seconds for r in self.rounds),
+                "wire_seconds": sum(r.wire_seconds for r in self.rounds),
+            },
+            "bytes_per_round": {
+                "download_mean": float(
+                    np.mean([np.mean(list(r.download_bytes.values())) for r in self.rounds])
+                ),
+                "upload_mean": float(
+                    np.mean([np.mean(list(r.upload_bytes.values())) for r in self.rounds])
+                ),
+                "per_round": [
+                    {"download": r.download_bytes, "upload": r.upload_bytes} for r in self.rounds
+                ],
+            },
+            "routes": self.rounds[-1].routes if self.rounds else None,
+        }
+
+
+def final_metrics(
+    records: Sequence[RoundRecord], last_rounds: int
+) -> tuple[dict[str, float], dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """A run's numbers: the mean over the evaluations of its last ``last_rounds`` rounds,
+    overall, per platform/environment group and per test sequence."""
+    tests = [r.test for r in records[-last_rounds:] if r.test is not None]
+    last = tests[-1] if tests else {}
+    final = _mean_dicts([t["all"] for t in tests])
+    groups = {
+        g: _mean_dicts([t[g] for t in tests])
+        for g in last
+        if g != "all" and not g.startswith("seq:")
+    }
+    per_seq = {g[4:]: _mean_dicts([t[g] for t in tests]) for g in last if g.startswith("seq:")}
+    return final, groups, per_seq
+
+
+def strategy_outputs(
+    strategy: Strategy, params: Mapping[str, Any], *, pooled: bool = False
+) -> tuple[list[list[int]], dict[str, Any]]:
+    """A trained strategy's cluster members (none for global or pooled methods) and its
+    parameters with the thresholds it settled on (tau, PACFL's threshold)."""
+    clusters = (
+        [np.flatnonzero(r).tolist() for r in strategy.M_star]
+        if hasattr(strategy, "M_star") and not pooled
+        else []
+    )
+    out = dict(params)
+    for key in ("tau", "threshold"):
+        if getattr(strategy, key, None) is not None:
+            out[key] = float(getattr(strategy, key))
+    return clusters, out
+
+
+def _mean_dicts(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    if not rows:
+        return {}
+    return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}

@@ -1,0 +1,245 @@
+"""The round loop: :class:`Simulation` drives a strategy and its clients round by round.
+
+Each round: configure, train the clients through an executor, measure the wire, aggregate,
+evaluate; after it, the state that resumes an interrupted run (:class:`RunState`) goes to a
+:class:`Checkpointer`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import numpy as np
+from tqdm import tqdm
+
+from fedepth.data.sequence import Sequence as RGBDSequence
+from fedepth.models import set_state
+from fedepth.sim.config import SimConfig
+from fedepth.sim.evaluation import Router, Sample, evaluate_sequence
+from fedepth.sim.executors import ClientJob, Executor, SequentialExecutor
+from fedepth.sim.fleet import Fleet
+from fedepth.sim.records import (
+    MethodRun,
+    RoundRecord,
+    _mean_dicts,
+    final_metrics,
+    strategy_outputs,
+)
+from fedepth.sim.wire import state_nbytes, wire_seconds
+from fedepth.strategies import ClientInfo, Strategy, create_strategy
+from fedepth.strategies.aggregate import State
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunState:
+    """A method's run after ``rounds_done`` rounds: everything resuming it exactly needs."""
+
+    method: str
+    rounds_done: int
+    #: :meth:`Strategy.state_dict` (JSON-able metadata, named states) of the server side
+    strategy_meta: dict[str, Any]
+    strategy_states: dict[str, State]
+    #: every participant's client-hook memory (SCAFFOLD's c_i, FedDyn's g_i), by client id
+    memory: dict[str, dict[str, State]]
+    records: list[RoundRecord]
+    #: the pictures of the latest evaluation
+    samples: dict[str, list[Sample]]
+
+
+class Checkpointer(Protocol):
+    """Where :meth:`Simulation.run` keeps a method's state after every round (see
+    :class:`fedepth.runstate.RunCheckpoint` for the one on disk)."""
+
+    def load(self) -> RunState | None: ...
+
+    def save(self, state: RunState) -> None: ...
+
+
+class Simulation:
+    """Runs methods on one prepared fleet from one initial state."""
+
+    def __init__(
+        self, fleet: Fleet, initial: State, config: SimConfig, executor: Executor | None = None
+    ) -> None:
+        self.fleet = fleet
+        self.initial = dict(initial)
+        self.config = config
+        self.executor = executor or SequentialExecutor()
+        self._eval_model = config.build_model()
+
+    def _strategy(self, method: str) -> Strategy:
+        return create_strategy(method, **dict(self.config.method_params.get(method, {})))
+
+    def run(
+        self,
+        method: str,
+        *,
+        progress: bool = True,
+        on_round: Callable[[RoundRecord], None] | None = None,
+        checkpoint: Checkpointer | None = None,
+    ) -> MethodRun:
+        """Run ``method`` for the configured rounds.
+
+        With a ``checkpoint``, the run starts from the state it holds (if any: the strategy's
+        server state, the clients' hook memory, the rounds recorded so far and the latest
+        pictures) and saves that state after every round, so that an interrupted run resumes
+        from its last finished round and ends with the numbers of an uninterrupted one.
+        ``on_round`` is called after each round, once its state is saved.
+        """
+        cfg = self.config
+        t0 = time.perf_counter()
+        strategy = self._strategy(method)
+        pooled = bool(getattr(strategy, "pooled", False))
+        clients = self.fleet.clients
+        if pooled:
+            pooled_info = ClientInfo("pooled", sum(c.num_samples for c in clients))
+            strategy.initialize([pooled_info], self.initial)
+            participants: list[tuple[str, list[RGBDSequence]]] = [
+                ("pooled", [s for c in clients for s in c.sequences])
+            ]
+        else:
+            strategy.initialize(self.fleet.infos, self.initial)
+            participants = [(c.name, c.sequences) for c in clients]
+        setup = time.perf_counter() - t0
+        memory: dict[str, dict[str, State]] = {cid: {} for cid, _ in participants}
+        records: list[RoundRecord] = []
+        samples: dict[str, list[Sample]] = {}
+        saved = checkpoint.load() if checkpoint is not None else None
+        if saved is not None:
+            if saved.method != method or set(saved.memory) != set(memory):
+                raise ValueError(
+                    f"the checkpoint holds a run of {saved.method} over {len(saved.memory)} "
+                    f"participants; cannot resume {method} over {len(memory)} from it"
+                )
+            strategy.load_state_dict(saved.strategy_meta, saved.strategy_states)
+            memory.update(saved.memory)
+            records, samples = list(saved.records), dict(saved.samples)
+        start = saved.rounds_done if saved is not None else 0
+        bar = tqdm(
+            range(start, cfg.rounds),
+            desc=method,
+            unit="round",
+            initial=start,
+            total=cfg.rounds,
+            disable=not progress,
+        )
+        for rnd in bar:
+            recipe = cfg.recipe(rnd)
+            if pooled:
+                # CL takes as many steps per round as the whole federation, so the upper bound
+                # sees the same number of gradient steps (and samples) as every federated method.
+                recipe = replace(recipe, local_steps=cfg.local_steps * len(clients))
+            t_cfg = time.perf_counter()
+            tasks = {
+                cid: replace(task, recipe=recipe)
+                for cid, task in strategy.configure_train(
+                    rnd, [cid for cid, _ in participants]
+                ).items()
+            }
+            configure_s = time.perf_counter() - t_cfg
+            jobs = [
+                ClientJob(cid, seqs, tasks[cid], memory[cid], rnd=rnd)
+                for cid, seqs in participants
+            ]
+            t_train = time.perf_counter()
+            results = self.executor.map(cfg, jobs)
+            train_s = time.perf_counter() - t_train
+            for res in results:
+                memory[res.update.cid] = res.memory
+            wire_s, rejected = wire_seconds(
+                [[t.state, *t.hook_state.values()] for t in tasks.values()],
+                [[r.update.state, *r.update.extra.values()] for r in results],
+            )
+            if rejected:
+                log.warning(
+                    "%s round %d: non-finite updates from %s (a coordinator rejects them)",
+                    method,
+                    rnd,
+                    ", ".join(results[i].update.cid for i in rejected),
+                )
+            t_agg = time.perf_counter()
+            strategy.aggregate_train(rnd, [r.update for r in results])
+            aggregate_s = time.perf_counter() - t_agg + configure_s
+            rec = RoundRecord(
+                round=rnd,
+                train_seconds=train_s,
+                aggregate_seconds=aggregate_s,
+                wire_seconds=wire_s,
+                mean_loss=float(np.mean([r.update.metrics["loss"] for r in results])),
+                download_bytes={
+                    cid: state_nbytes(t.state)
+                    + sum(state_nbytes(s) for s in t.hook_state.values())
+                    for cid, t in tasks.items()
+                },
+                upload_bytes={
+                    r.update.cid: state_nbytes(r.update.state)
+                    + sum(state_nbytes(s) for s in r.update.extra.values())
+                    for r in results
+                },
+            )
+            last = rnd >= cfg.rounds - cfg.last_rounds
+            if last or (cfg.eval_every and (rnd + 1) % cfg.eval_every == 0):
+                rec.test, rec.routes, samples = self.evaluate(strategy)
+            records.append(rec)
+            if checkpoint is not None:
+                meta, states = strategy.state_dict()
+                checkpoint.save(RunState(method, rnd + 1, meta, states, memory, records, samples))
+            if rec.test is not None:
+                bar.set_postfix(
+                    abs_rel=f"{rec.test['all']['abs_rel']:.3f}", loss=f"{rec.mean_loss:.3f}"
+                )
+            else:
+                bar.set_postfix(loss=f"{rec.mean_loss:.3f}")
+            if on_round:
+                on_round(rec)
+        final, groups, per_seq = final_metrics(records, cfg.last_rounds)
+        clusters, params = strategy_outputs(
+            strategy, self.config.method_params.get(method, {}), pooled=pooled
+        )
+        return MethodRun(
+            method,
+            records,
+            final,
+            per_seq,
+            groups,
+            clusters,
+            self.fleet.descriptor_seconds,
+            setup,
+            samples,
+            params,
+            strategy,
+        )
+
+    def evaluate(
+        self, strategy: Router
+    ) -> tuple[
+        dict[str, dict[str, float]],
+        dict[str, list[int]],
+        dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]],
+    ]:
+        """Metrics of every test sequence with its routed model (no test-time training):
+        overall (mean over sequences), per platform and environment group, per sequence."""
+        per_seq: dict[str, dict[str, float]] = {}
+        routes: dict[str, list[int]] = {}
+        samples = {}
+        groups: dict[str, list[dict[str, float]]] = {}
+        for seq, desc, extra in self.fleet.test_queries:
+            labels = {"platform": seq.meta.platform, "environment": seq.meta.environment}
+            decision = strategy.route(desc, labels=labels, extra=extra)
+            routes[seq.name] = decision.clusters
+            set_state(self._eval_model, decision.state)
+            metrics, sample = evaluate_sequence(self._eval_model, seq, self.config)
+            per_seq[seq.name] = metrics
+            samples[seq.name] = sample
+            groups.setdefault(f"platform:{seq.meta.platform}", []).append(metrics)
+            groups.setdefault(f"environment:{seq.meta.environment}", []).append(metrics)
+        out = {"all": _mean_dicts(list(per_seq.values()))}
+        out.update({g: _mean_dicts(rows) for g, rows in groups.items()})
+        out.update({f"seq:{k}": v for k, v in per_seq.items()})
+        return out, routes, samples
