@@ -1,0 +1,119 @@
+"""The report's figures: curves.png, clusters.png and predictions.png (:func:`write_figures`).
+
+Curves: training loss and test Abs Rel per round (mean ± one sample std over the seeds);
+clusters: the Jeffreys matrix and FeDepth's cluster map; predictions: RGB, ground truth and
+each method's prediction per test sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedepth import clustering
+from fedepth.bench.fleet_summary import FleetSummary
+from fedepth.sim import Sample
+
+
+def write_figures(
+    out: Path,
+    fleet: FleetSummary,
+    runs: Mapping[str, Sequence[Mapping[str, Any]]],
+    pictures: Mapping[str, Mapping[str, list[Sample]]],
+) -> None:
+    """curves.png, clusters.png and predictions.png.
+
+    ``runs``: every method's per-seed summaries (first seed first); the curves show their
+    mean, shaded ± one sample standard deviation when there are several. ``fleet`` and
+    ``pictures`` (per method, the pictures of the last evaluation) are the first seed's.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for name, per_seed in runs.items():
+        curves = [s["curves"] for s in per_seed]
+        rounds = np.asarray(curves[0]["round"]) + 1
+        loss = np.asarray([c["train_loss"] for c in curves], dtype=float)
+        (line,) = axes[0].plot(rounds, loss.mean(axis=0), label=name)
+        if len(curves) > 1:
+            band = loss.std(axis=0, ddof=1)
+            axes[0].fill_between(
+                rounds,
+                loss.mean(axis=0) - band,
+                loss.mean(axis=0) + band,
+                color=line.get_color(),
+                alpha=0.2,
+            )
+        at = [i for i in range(len(rounds)) if all(c["abs_rel"][i] is not None for c in curves)]
+        if at:
+            err = np.asarray([[c["abs_rel"][i] for i in at] for c in curves], dtype=float)
+            (line,) = axes[1].plot(rounds[at], err.mean(axis=0), marker="o", label=name)
+            if len(curves) > 1:
+                band = err.std(axis=0, ddof=1)
+                axes[1].fill_between(
+                    rounds[at],
+                    err.mean(axis=0) - band,
+                    err.mean(axis=0) + band,
+                    color=line.get_color(),
+                    alpha=0.2,
+                )
+    axes[0].set(title="mean local training loss", xlabel="round")
+    axes[1].set(title="test Abs Rel (routed models)", xlabel="round")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=110)
+    plt.close(fig)
+
+    A = clustering.jeffreys_matrix(fleet.means, fleet.variances)
+    fed = runs.get("fedepth")
+    tau = fed[0]["params"].get("tau") if fed else None
+    if tau is None:
+        tau = clustering.calibrate_tau(A, 0.2)
+    m_star = clustering.soft_clustering(A, float(tau)).M_star
+    names = [f"{c['platform'][:4]}/{c['environment'][:7]}" for c in fleet.clients]
+    fig, axes = plt.subplots(1, 2, figsize=(15, 6), gridspec_kw={"width_ratios": [1, 1.3]})
+    im = axes[0].imshow(A, cmap="viridis")
+    axes[0].set_title("Jeffreys divergence between clients")
+    axes[0].set_yticks(range(len(names)), names, fontsize=5)
+    fig.colorbar(im, ax=axes[0], fraction=0.046)
+    axes[1].imshow(m_star, cmap="Greys", aspect="auto", interpolation="nearest")
+    axes[1].set_title(f"FeDepth cluster map M* (tau={float(tau):.3g}, K={m_star.shape[0]})")
+    axes[1].set_xticks(range(len(names)), names, rotation=90, fontsize=5)
+    axes[1].set_ylabel("cluster")
+    fig.tight_layout()
+    fig.savefig(out / "clusters.png", dpi=110)
+    plt.close(fig)
+
+    shown = [name for name in runs if name in pictures][:4]
+    seqs = fleet.test[:6]
+    if not shown or not seqs:
+        return
+    cols = 2 + len(shown)
+    fig, axes = plt.subplots(len(seqs), cols, figsize=(2.2 * cols, 1.8 * len(seqs)), squeeze=False)
+    for r, seq in enumerate(seqs):
+        first = pictures[shown[0]].get(seq)
+        if not first:
+            continue
+        rgb, gt, _ = first[0]
+        vmax = float(np.percentile(gt[gt > 0], 95)) if (gt > 0).any() else 1.0
+        axes[r, 0].imshow(rgb)
+        axes[r, 1].imshow(np.where(gt > 0, gt, np.nan), cmap="magma_r", vmin=0, vmax=vmax)
+        for c, name in enumerate(shown):
+            sample = pictures[name].get(seq)
+            if sample:
+                axes[r, 2 + c].imshow(sample[0][2], cmap="magma_r", vmin=0, vmax=vmax)
+        axes[r, 0].set_ylabel(seq[:18], fontsize=6)
+    for c, title in enumerate(["RGB", "ground truth", *shown]):
+        axes[0, c].set_title(title, fontsize=8)
+    for ax in axes.ravel():
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.tight_layout()
+    fig.savefig(out / "predictions.png", dpi=110)
+    plt.close(fig)

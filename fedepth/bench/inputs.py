@@ -1,0 +1,72 @@
+"""The inputs of a seed's runs: the scenario's data and the initial checkpoint, made once.
+
+:func:`ensure_data` generates the scenario into the cache (or takes the given one);
+:func:`ensure_weights` pretrains the initial checkpoint into the cache (or takes the user's,
+which :func:`check_weights` loads before a long run, to fail fast).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from fedepth.bench.spec import BenchSpec
+from fedepth.data.scenario import Scenario
+from fedepth.models import load_weights, save_weights
+from fedepth.sim import SimConfig, pretrain
+
+log = logging.getLogger(__name__)
+
+
+def ensure_data(spec: BenchSpec) -> Path:
+    """The scenario directory: the given one, or generated once into the cache."""
+    if spec.data_dir is not None:
+        return spec.data_dir
+    from fedepth.data.synth.generate import GENERATOR_VERSION, synthesize
+
+    root = (
+        spec.cache_dir
+        / "data"
+        / f"{spec.scenario}-{spec.profile}-s{spec.sim.seed}-g{GENERATOR_VERSION}"
+    )
+    if not (root / "manifest.json").is_file():
+        log.info("generating the %s/%s scenario into %s", spec.scenario, spec.profile, root)
+        # every core: the output does not depend on the number of worker processes
+        workers = len(os.sched_getaffinity(0))
+        synthesize(
+            spec.scenario,
+            spec.profile,
+            spec.sim.seed,
+            root,
+            progress=spec.progress,
+            workers=workers,
+        )
+    return root
+
+
+def ensure_weights(spec: BenchSpec, scenario: Scenario) -> Path:
+    """The initial checkpoint: the user's weights, or pretrained once and cached."""
+    if spec.weights is not None:
+        return spec.weights
+    from fedepth.data.synth.generate import GENERATOR_VERSION
+
+    c = spec.sim
+    data = "" if spec.data_dir is not None else f"-g{GENERATOR_VERSION}"
+    name = (
+        f"{spec.scenario}-{spec.profile}{data}-{c.model}-{c.image_size[0]}x{c.image_size[1]}"
+        f"-{c.pretrain_steps}steps-s{c.seed}-{c.pretrain_key()}.safetensors"
+    )
+    path = spec.cache_dir / "pretrain" / name
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        model = pretrain(scenario, c, progress=spec.progress)
+        tmp = path.with_suffix(".tmp")
+        save_weights(model, tmp)
+        tmp.replace(path)
+    return path
+
+
+def check_weights(config: SimConfig, weights: Path) -> None:
+    """Load a user's weights file into the configured model before a long run (fails fast)."""
+    load_weights(config.build_model(), weights)

@@ -1,0 +1,270 @@
+"""The benchmark's tables: report.md in the paper's layout, and the table for the terminal.
+
+:func:`render_report` writes mean ± std and marks differences from FeDepth beyond the combined
+spread (:data:`MARK`) when several seeds ran; :func:`format_table` is the fixed-width table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fedepth.bench.combine import beyond_spread
+from fedepth.bench.spec import sweep_name
+from fedepth.sim import TABLE_METRICS
+
+#: The mark of a difference from FeDepth beyond the combined spread over seeds.
+MARK = "*"
+
+
+def _cell(vals: Mapping[str, Any], col: str, spread: bool) -> str:
+    """``mean`` (one seed) or ``mean ± std`` (several), ``-`` when missing."""
+    v = vals.get(col)
+    if not isinstance(v, (int, float)):
+        return "-"
+    std = vals.get(f"{col}_std")
+    return f"{v:.3f} ± {std:.3f}" if spread and isinstance(std, (int, float)) else f"{v:.3f}"
+
+
+def _table(
+    rows: Sequence[tuple[str, Mapping[str, Any]]],
+    cols: Sequence[str],
+    header: Sequence[str] | None = None,
+    *,
+    spread: bool = False,
+    ref: Mapping[str, Any] | None = None,
+) -> str:
+    """A markdown table; with ``spread``, cells are mean ± std and every cell of a row other
+    than ``ref`` (FeDepth's) that differs from it beyond the combined spread is marked."""
+    head = header or cols
+    lines = [
+        "| Method | " + " | ".join(head) + " |",
+        "| --- | " + " | ".join("---:" for _ in head) + " |",
+    ]
+    for name, vals in rows:
+        cells = []
+        for c in cols:
+            cell = _cell(vals, c, spread)
+            marked = (
+                spread
+                and ref is not None
+                and vals is not ref
+                and isinstance(vals.get(c), (int, float))
+                and isinstance(ref.get(c), (int, float))
+                and beyond_spread(vals, ref, c)
+            )
+            cells.append(f"{cell} {MARK}" if marked else cell)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render_report(results: dict[str, Any]) -> str:
+    """Markdown report with the paper's table layout (mean ± std when several seeds ran)."""
+    m = results["methods"]
+    seeds = list(results.get("seeds") or [results["seed"]])
+    spread = len(seeds) > 1
+    ref = m.get("fedepth")
+    arrows = [
+        "Abs Rel ↓",
+        "Sq Rel ↓",
+        "RMSE ↓",
+        "RMSE log ↓",
+        "δ<1.25 ↑",
+        "δ<1.25² ↑",
+        "δ<1.25³ ↑",
+    ]
+    table_no = "1" if results["scenario"] == "hpe" else "2"
+    out = [
+        f"# fedepth benchmark: {results['scenario'].upper()} ({results['profile']} profile)",
+        "",
+        f"Backbone `{results['backbone']}`, "
+        + (f"seeds {', '.join(map(str, seeds))}, " if spread else f"seed {results['seed']}, ")
+        + f"{results['num_clients']} clients, {results['num_test_sequences']} unseen test "
+        f"sequences; numbers are means over the last rounds (see config.json). "
+        f"Wall time {results['wall_seconds'] / 60:.1f} min (this command; runs that an "
+        "earlier one finished are loaded from state/, not rerun). "
+        + (
+            f"Every number is the mean ± the sample standard deviation (ddof = 1) over the "
+            f"{len(seeds)} seeds; each seed generates its own scenario (unless `--data` is "
+            "given), pretrains its own initial model (unless `--weights`) and trains every "
+            "method with its own seed. "
+            + (
+                f"{MARK} marks a difference from FeDepth larger than the combined spread, "
+                "|mean_FeDepth - mean_method| > std_FeDepth + std_method; unmarked differences "
+                "lie within the spread."
+                if ref is not None
+                else "FeDepth did not run, so no difference is marked."
+            )
+            if spread
+            else "One seed: no spread is measured and no difference is marked "
+            "(`--seeds 0,1,2` gives mean ± std)."
+        ),
+        "",
+    ]
+    if results.get("transport") == "grpc":
+        local = [k for k, v in m.items() if v.get("transport") != "grpc"]
+        out += [
+            "Transport: **gRPC**. Each method ran through a real `fedepth-coordinator` process "
+            "with one robot process per client on loopback; for the same seed the numbers are "
+            "those of the in-process run, and time now includes the wire "
+            "(see docs/coordinator.md)."
+            + (f" Run in-process (not a fleet): {', '.join(local)}." if local else ""),
+            "",
+        ]
+    out += [
+        f"## Table {table_no}: methods",
+        "",
+        _table([(k, v) for k, v in m.items()], TABLE_METRICS, arrows, spread=spread, ref=ref),
+        "",
+    ]
+    out += [
+        "## Convergence: Abs Rel over the last five evaluated rounds",
+        "",
+        "| Method | first | last | relative change |",
+        "| --- | ---: | ---: | ---: |",
+        *(
+            f"| {k} | {c[0]:.3f} | {c[1]:.3f} | {c[2]:+.1%} |"
+            for k, c in ((k, curve_change(v["curves"]["abs_rel"])) for k, v in m.items())
+            if c is not None
+        ),
+        "",
+        "A curve has flattened where the relative change is small against the differences "
+        "between methods" + (" (curves averaged over the seeds)." if spread else "."),
+        "",
+    ]
+    if "hard" in m and "fedepth" in m:
+        out += [
+            "## Table 3a: hard vs soft clustering at the same tau",
+            "",
+            _table(
+                [("Hard clustering", m["hard"]), ("Soft clustering (FeDepth)", m["fedepth"])],
+                ["abs_rel"],
+                ["Abs Rel ↓"],
+                spread=spread,
+                ref=m["fedepth"],
+            ),
+            "",
+        ]
+    sweep = results.get("overlap_sweep") or {}
+    if sweep:
+        ratios = list(sweep)
+        out += [
+            "## Table 3b: overlap ratio sweep (FeDepth)",
+            "",
+            "| Overlap target | " + " | ".join(f"{float(r):.0%}" for r in ratios) + " |",
+            "| --- | " + " | ".join("---:" for _ in ratios) + " |",
+            "| Abs Rel ↓ | "
+            + " | ".join(_cell(sweep[r], "abs_rel", spread) for r in ratios)
+            + " |",
+            "| clusters K | " + " | ".join(_clusters_k(sweep[r]) for r in ratios) + " |",
+            "",
+            "100 % means one cluster holding every client (tau = infinity); a "
+            "target is met by the smallest tau whose merged map comes closest to it."
+            + (" K per seed where the seeds differ." if spread else ""),
+            "",
+        ]
+    group_names = sorted({g for v in m.values() for g in v["groups"]})
+    if group_names:
+        cols = [*group_names, "all"]
+        rows = [(k, _group_row(v)) for k, v in m.items()]
+        out += [
+            "## Table 3c: Abs Rel per platform and environment of the test sequences",
+            "",
+            _table(
+                rows,
+                cols,
+                [g.split(":", 1)[1] for g in group_names] + ["All"],
+                spread=spread,
+                ref=dict(rows)["fedepth"] if ref is not None else None,
+            ),
+            "",
+        ]
+    out += [
+        "## Communication and time",
+        "",
+        "| Method | download / client / round | upload / client / round | train s | "
+        "descriptors s | clustering s | aggregation s | wire s | per-round overhead | "
+        "overhead |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for k, v in m.items():
+        b, t = v["bytes_per_round"], v["timing"]
+        out.append(
+            f"| {k} | {b['download_mean'] / 2**20:.2f} MiB | "
+            f"{b['upload_mean'] / 2**20:.2f} MiB | {t['train_seconds']:.1f} | "
+            f"{t['descriptor_seconds']:.1f} | {t['setup_seconds']:.2f} | "
+            f"{t['aggregate_seconds']:.2f} | {t['wire_seconds']:.2f} | "
+            f"{t['round_overhead_fraction']:.1%} | {t['overhead_fraction']:.1%} |"
+        )
+    out += [
+        "",
+        "Overhead = descriptors of the fleet (computed once, before round 1) + clustering "
+        "(strategy set-up) + per round the strategy's aggregation and the wire format (each "
+        "distinct model encoded once, every upload encoded, decoded and checked for finite "
+        "values, as the coordinator does). *Per-round overhead* leaves out the one-time "
+        "descriptors and clustering; *overhead* includes them. Clients train one after another "
+        "here, so both fractions compare the server's work with the fleet's summed training time."
+        + (" Times and bytes are means over the seeds." if spread else ""),
+        "",
+        "## Figures",
+        "",
+        *(
+            [
+                f"Curves: the mean over the {len(seeds)} seeds, shaded ± one sample standard "
+                f"deviation; the cluster map and the predictions are those of seed {seeds[0]}.",
+                "",
+            ]
+            if spread
+            else []
+        ),
+        "![convergence](curves.png)",
+        "",
+        "![Jeffreys matrix and cluster map](clusters.png)",
+        "",
+        "![predictions](predictions.png)",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def curve_change(
+    curve: Sequence[float | None], rounds: int = 5
+) -> tuple[float, float, float] | None:
+    """First and last value of the last ``rounds`` evaluated points of a curve, and the
+    relative change between them (None when fewer than two points were evaluated)."""
+    points = [float(v) for v in curve if v is not None][-rounds:]
+    if len(points) < 2:
+        return None
+    return points[0], points[-1], (points[-1] - points[0]) / points[0]
+
+
+def _clusters_k(entry: Mapping[str, Any]) -> str:
+    """Table 3b's K: one number, or one per seed where the seeds differ."""
+    ks = [len(s["clusters"]) or 1 for s in (entry.get("seeds") or {"": entry}).values()]
+    return str(ks[0]) if len(set(ks)) == 1 else " / ".join(map(str, ks))
+
+
+def _group_row(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """Table 3c's cells of one method: Abs Rel (and its spread) per group and overall."""
+    row: dict[str, Any] = {}
+    for g, vals in entry["groups"].items():
+        row[g] = vals["abs_rel"]
+        if "abs_rel_std" in vals:
+            row[f"{g}_std"] = vals["abs_rel_std"]
+    row["all"] = entry["abs_rel"]
+    if "abs_rel_std" in entry:
+        row["all_std"] = entry["abs_rel_std"]
+    return row
+
+
+def format_table(results: dict[str, Any]) -> str:
+    """The methods table as fixed-width text for the terminal."""
+    rows = [f"{'method':<20}" + "".join(f"{k:>10}" for k in TABLE_METRICS)]
+    entries = list(results["methods"].items())
+    entries += [(sweep_name(float(r)), v) for r, v in results.get("overlap_sweep", {}).items()]
+    for name, v in entries:
+        rows.append(f"{name:<20}" + "".join(f"{v[k]:>10.3f}" for k in TABLE_METRICS))
+    seeds = results.get("seeds") or {}
+    if len(seeds) > 1:
+        rows.append(f"(means over seeds {', '.join(seeds)}; report.md gives mean ± std)")
+    return "\n".join(rows)
