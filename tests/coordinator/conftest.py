@@ -139,6 +139,7 @@ def formed_state(
         for rid in ids:
             p = robot_profile(rid)
             state.robots[rid] = RobotRecord(rid, p.num_samples, p.labels, p.descriptor)
+            state.store.put_robot(state.robots[rid])
         s = checkpoints.new_strategy()
         s.initialize([client_info(state.robots[r]) for r in ids], initial)
         write_blob(state.store, INITIAL_BLOB, {STATE: initial})
