@@ -10,10 +10,18 @@ from typing import Any
 import pytest
 
 from fedepth_coordinator.auth import add_principal
+from fedepth_coordinator.blobs import write_blob
+from fedepth_coordinator.checkpoints import Checkpoints
 from fedepth_coordinator.client import CoordinatorClient, open_channel
 from fedepth_coordinator.config import CoordinatorConfig, config_from_dict
-from fedepth_coordinator.server import CoordinatorServer, running
-from fedepth_coordinator.simulate import robot_ids
+from fedepth_coordinator.coordstate import INITIAL_BLOB, CoordinatorState, OpenRound, client_info
+from fedepth_coordinator.rounds import RoundController
+from fedepth_coordinator.server import CoordinatorServer, running, synthetic_model
+from fedepth_coordinator.simulate import robot_ids, robot_profile
+from fedepth_coordinator.state import MemoryStore
+from fedepth_coordinator.state.base import RobotRecord, RunRecord
+from fedepth_coordinator.tensors import STATE
+from fedepth_coordinator.transfers import TransferSlots
 
 
 @dataclass
@@ -93,3 +101,54 @@ def connect(creds: Credentials) -> Iterator[Callable[..., CoordinatorClient]]:
     yield factory
     for c in clients:
         c.close()
+
+
+class Clock:
+    """A settable clock for the coordinator's deadlines."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def formed_state(
+    config_factory: Callable[..., CoordinatorConfig],
+) -> Callable[..., tuple[CoordinatorState, Checkpoints, RoundController]]:
+    """formed_state(n, strategy=..., **rounds) -> a coordinator state with a formed fleet of n
+    robots and round 0 open (memory store, a Clock), built by hand as formation records it, with
+    its checkpoints and round controller: for testing the parts that work on a running fleet."""
+
+    def factory(
+        n: int = 4, strategy: str = "fedavg", **rounds: Any
+    ) -> tuple[CoordinatorState, Checkpoints, RoundController]:
+        config = config_factory(
+            rounds={"num_rounds": 2, "min_robots": n, "quorum": 0.5, **rounds},
+            strategy={"name": strategy, "params": {}},
+            state={"backend": "memory"},
+        )
+        initial = synthetic_model(2, 0.001)
+        state = CoordinatorState(
+            config, MemoryStore(), Clock(), initial=dict(initial), model_order=list(initial)
+        )
+        checkpoints = Checkpoints(state)
+        controller = RoundController(state, checkpoints, TransferSlots(state))
+        ids = robot_ids(n)
+        for rid in ids:
+            p = robot_profile(rid)
+            state.robots[rid] = RobotRecord(rid, p.num_samples, p.labels, p.descriptor)
+            state.store.put_robot(state.robots[rid])
+        s = checkpoints.new_strategy()
+        s.initialize([client_info(state.robots[r]) for r in ids], initial)
+        write_blob(state.store, INITIAL_BLOB, {STATE: initial})
+        state.strategy, state.members, state.member_set = s, list(ids), set(ids)
+        state.num_initial, state.initial = n, None
+        state.checkpoint = checkpoints.write()
+        first = controller.new_round(0)
+        state.store.start_run(RunRecord(INITIAL_BLOB, state.checkpoint, first))
+        state.open_round = OpenRound(first)
+        return state, checkpoints, controller
+
+    return factory
