@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedepth.updates import first_nonfinite
 from fedepth_coordinator.errors import InvalidArgumentError, shown
 
 #: safetensors dtype names and the little-endian numpy dtypes they map to.
@@ -251,11 +252,6 @@ def assemble(layout: Layout, chunks: Iterable[bytes | memoryview]) -> dict[str, 
     return asm.finish()
 
 
-#: Exponent bits of the float dtypes whose finiteness is tested on their bits: numpy's isfinite
-#: on float16 is an order of magnitude slower than this mask (all ones: Inf or NaN).
-_EXPONENT_MASKS: dict[str, tuple[np.dtype, int]] = {"F16": (np.dtype("<u2"), 0x7C00)}
-
-
 class StreamChecker:
     """Checks an upload's bytes as they pass, tensor by tensor, without keeping them.
 
@@ -339,14 +335,9 @@ class StreamChecker:
         """Check elements ``first ..`` of tensor ``spec``."""
         if not values.flags.aligned:  # numpy's unaligned loops are ~10x slower than a copy
             values = values.copy()
-        mask = _EXPONENT_MASKS.get(spec.dtype)
-        if mask is not None:
-            bits, exponent = mask
-            finite = int(np.bitwise_and(values.view(bits), exponent).max()) != exponent
-        else:
-            finite = bool(np.isfinite(values).all())
-        if not finite:
-            bad = first + int(np.flatnonzero(~np.isfinite(values))[0])
+        nonfinite = first_nonfinite(values)
+        if nonfinite is not None:
+            bad = first + nonfinite
             raise InvalidArgumentError(
                 f"tensor {gname}/{spec.name} has a NaN or Inf value (element {bad}); "
                 "the update was rejected: check the robot's training for divergence"

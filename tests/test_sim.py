@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +18,9 @@ from fedepth.data.torchdata import resize_frame
 from fedepth.metrics import compute_errors, mean_errors
 from fedepth.models import get_state
 from fedepth.sim import (
+    ClientJob,
     Fleet,
+    JobResult,
     SequentialExecutor,
     SimConfig,
     Simulation,
@@ -303,3 +305,30 @@ def test_test_frames_are_scored_inside_their_benchmarks_crop(smoke_bmr: Path) ->
                 )
             )
         assert got == mean_errors(rows), seq.name
+
+
+class _OneRobotDiverges(SequentialExecutor):
+    """Trains every client, then turns the first update's weights to NaN."""
+
+    def map(self, config: SimConfig, jobs: Sequence[ClientJob]) -> list[JobResult]:
+        results = super().map(config, jobs)
+        first = results[0]
+        state = {
+            k: np.full_like(v, np.nan) if v.dtype.kind == "f" else v
+            for k, v in first.update.state.items()
+        }
+        results[0] = replace(first, update=replace(first.update, state=state))
+        return results
+
+
+def test_an_update_with_nan_is_left_out_of_the_round_as_the_coordinator_would(
+    scenario: Scenario, fleet: Fleet, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = replace(CFG, rounds=1, last_rounds=1)
+    initial = get_state(initial_model(config))
+    with caplog.at_level("WARNING", logger="fedepth.sim"):
+        run = Simulation(fleet, initial, config, _OneRobotDiverges()).run("fedavg", progress=False)
+    assert "left out of the round" in caplog.text
+    model = run.strategy.model_for(scenario.clients[0].name)
+    assert all(np.isfinite(v).all() for v in model.values() if v.dtype.kind == "f")
+    assert np.isfinite(run.rounds[0].mean_loss)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from collections.abc import Sequence as AbcSequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -20,7 +21,7 @@ from fedepth.data.sequence import Sequence as RGBDSequence
 from fedepth.models import set_state
 from fedepth.sim.config import SimConfig
 from fedepth.sim.evaluation import Router, Sample, evaluate_sequence
-from fedepth.sim.executors import ClientJob, Executor, SequentialExecutor
+from fedepth.sim.executors import ClientJob, Executor, JobResult, SequentialExecutor
 from fedepth.sim.fleet import Fleet
 from fedepth.sim.records import (
     MethodRun,
@@ -158,20 +159,22 @@ class Simulation:
             )
             if rejected:
                 log.warning(
-                    "%s round %d: non-finite updates from %s (a coordinator rejects them)",
+                    "%s round %d: updates with NaN or Inf values from %s left out of the round, "
+                    "as a coordinator rejects them",
                     method,
                     rnd,
                     ", ".join(results[i].update.cid for i in rejected),
                 )
+            accepted = [r for i, r in enumerate(results) if i not in set(rejected)]
             t_agg = time.perf_counter()
-            strategy.aggregate_train(rnd, [r.update for r in results])
+            strategy.aggregate_train(rnd, [r.update for r in accepted])
             aggregate_s = time.perf_counter() - t_agg + configure_s
             rec = RoundRecord(
                 round=rnd,
                 train_seconds=train_s,
                 aggregate_seconds=aggregate_s,
                 wire_seconds=wire_s,
-                mean_loss=float(np.mean([r.update.metrics["loss"] for r in results])),
+                mean_loss=_mean_loss(accepted),
                 download_bytes={
                     cid: state_nbytes(t.state)
                     + sum(state_nbytes(s) for s in t.hook_state.values())
@@ -243,3 +246,10 @@ class Simulation:
         out.update({g: _mean_dicts(rows) for g, rows in groups.items()})
         out.update({f"seq:{k}": v for k, v in per_seq.items()})
         return out, routes, samples
+
+
+def _mean_loss(results: AbcSequence[JobResult]) -> float:
+    """The mean training loss of a round's accepted updates (NaN when none was accepted)."""
+    if not results:
+        return float("nan")
+    return float(np.mean([r.update.metrics["loss"] for r in results]))

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from fedepth.updates import first_nonfinite
+
 
 def state_nbytes(state: Mapping[str, np.ndarray]) -> int:
     return int(sum(np.asarray(t).nbytes for t in state.values()))
@@ -37,8 +39,7 @@ def _wire_decode(payload: bytes, like: Sequence[Mapping[str, np.ndarray]]) -> bo
             arr = np.asarray(a)
             view = buf[offset : offset + arr.nbytes].view(arr.dtype.newbyteorder("<"))
             offset += arr.nbytes
-            if arr.dtype.kind == "f":
-                finite &= bool(np.isfinite(view).all())
+            finite &= first_nonfinite(view) is None
     return finite
 
 
