@@ -12,7 +12,8 @@ camera frame); outputs use ``output_qos`` (sensor data by default) and inference
 while someone subscribes to one of them. With ``weights`` set, frames are answered with those
 (card-checked) weights while the node waits for routing. The decision (clusters, weights) is
 published on ``fedepth/route`` (latched: transient-local); ``/diagnostics`` says what the node
-is doing and why nothing is published. Parameters: ``config/depth.yaml``, e.g.
+is doing and why nothing is published. The routing calls (retries, drift monitor, re-route)
+are :mod:`fedepth_ros.routing`. Parameters: ``config/depth.yaml``, e.g.
 
     depth_node --ros-args --params-file config/depth.yaml -p coordinator:="''" \\
         -p weights:=model.safetensors -r image:=camera/image
@@ -28,7 +29,6 @@ import time
 from collections import deque
 from typing import Any
 
-import grpc
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.logging import get_logger
@@ -47,7 +47,6 @@ from fedepth_ros.drift import DriftMonitor
 from fedepth_ros.learner import (
     DepthPredictor,
     check_served,
-    describe,
     model_from_card,
     model_from_weights,
     resolve_device,
@@ -55,20 +54,13 @@ from fedepth_ros.learner import (
 )
 from fedepth_ros.node_common import NodeConfigError, WorkerNode, connect, run_node
 from fedepth_ros.params import DEPTH_NODE, declare_parameters
+from fedepth_ros.routing import ROUTE_RETRY, drift_monitor, reroute_on_drift, retry_until_stopped
 from fedepth_ros.sync import DropOldestQueue
 
 NODE_NAME = "depth_node"
 ROUTE_TOPIC = "fedepth/route"
 #: Seconds without input before the diagnostics warn that nothing arrives.
 QUIET_S = 3.0
-#: Route calls that may succeed later: coordinator down, or no clusters yet (run not started).
-ROUTE_RETRY = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.FAILED_PRECONDITION,
-    }
-)
 
 
 class DepthNode(WorkerNode):
@@ -349,18 +341,14 @@ class DepthNode(WorkerNode):
     def _served_model(self, client: CoordinatorClient) -> DepthPredictor | None:
         """The served model's card (retried): the model to build without weights, or the one
         the local weights must be. None: stopped, or the card does not fit (route_error)."""
-        backoff = 0.5
-        while not self.stop.is_set():
-            try:
-                card_json = client.fleet_status().model_card
-                break
-            except CoordinatorCallError as exc:
-                if self.stop.is_set():
-                    return None
-                self._retry("send its model card", exc, backoff)
-                backoff = min(10.0, backoff * 2)
-        else:
+        status = retry_until_stopped(
+            client.fleet_status,
+            self.stop,
+            lambda exc, backoff: self._retry("send its model card", exc, backoff),
+        )
+        if status is None:  # stopped (a served card may be None: no card, refused below)
             return None
+        card_json = status.model_card
         source = f"the coordinator {self.coordinator}"
         try:
             if self.predictor is not None:
@@ -402,18 +390,13 @@ class DepthNode(WorkerNode):
             self.route_error = f"routing failed: {type(exc).__name__}: {exc}"
             log.error(self.route_error)
             return
-        backoff = 0.5
         self.route_state = f"routing {len(frames)} frames at the coordinator {self.coordinator}"
-        while not self.stop.is_set():
-            try:
-                decision = client.route(descriptor, include_model=True, summaries=summaries)
-                break
-            except CoordinatorCallError as exc:
-                if self.stop.is_set():
-                    return
-                self._retry("route", exc, backoff)
-                backoff = min(10.0, backoff * 2)
-        else:
+        decision = retry_until_stopped(
+            lambda: client.route(descriptor, include_model=True, summaries=summaries),
+            self.stop,
+            lambda exc, backoff: self._retry("route", exc, backoff),
+        )
+        if decision is None:
             return
         self.route_error = None
         self._decision_ready = (decision, descriptor, predictor)
@@ -434,47 +417,19 @@ class DepthNode(WorkerNode):
 
     # -- re-routing (off by default) -----------------------------------------------------------
     def _make_monitor(self) -> DriftMonitor | None:
-        params = self.params
         reference = self.routed_descriptor
         if reference is None:
             return None
-        try:
-            tau = self._client_once().cluster_map().tau
-        except CoordinatorCallError as exc:
-            self.get_logger().warning(f"no re-routing: cluster map unavailable ({exc})")
-            return None
-        if tau is None or not tau > 0:
-            why = "has no tau" if tau is None else f"has tau {tau:g}; drift is measured in tau"
-            self.get_logger().warning(f"no re-routing: the coordinator's strategy {why}")
-            return None
-        self.get_logger().info(f"re-routing on: drift against tau {tau:.4g}")
-        return DriftMonitor(
-            reference,
-            tau,
-            window=int(params["reroute_window"]),
-            check_period=int(params["reroute_check_period"]),
-            enter=float(params["reroute_enter"]),
-            exit=float(params["reroute_exit"]),
-            patience=int(params["reroute_patience"]),
-            cooldown_s=float(params["reroute_cooldown"]),
-        )
+        return drift_monitor(self._client_once, reference, self.params, self.get_logger())
 
     def _watch(self, monitor: DriftMonitor, rgb: np.ndarray) -> None:
         """Feed the drift monitor; on sustained drift, route the window (one attempt)."""
         assert self.predictor is not None
-        window = monitor.add(self.predictor.gem(rgb))
-        if window is None:
+        log = self.get_logger()
+        routed = reroute_on_drift(monitor, self.predictor.gem(rgb), self._client_once, log)
+        if routed is None:
             return
-        self.get_logger().info(
-            f"scene drift: divergence {monitor.last_divergence:.4g} > "
-            f"{monitor.enter:g} x tau {monitor.tau:.4g}; re-routing"
-        )
-        try:
-            summaries = describe(np.stack(monitor.vectors))[1]
-            decision = self._client_once().route(window, include_model=True, summaries=summaries)
-        except CoordinatorCallError as exc:
-            self.get_logger().warning(f"re-route failed, keeping the current model: {exc}")
-            return
+        decision, window = routed
         assert self.predictor is not None
         self._apply(decision, window, self.predictor)
         monitor.rerouted(window)

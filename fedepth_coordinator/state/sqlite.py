@@ -14,26 +14,20 @@ Opening refuses (:class:`~fedepth_coordinator.state.base.StateError`) a director
 ``state.db`` is missing while blobs are there, or whose database is unreadable or fails SQLite's
 ``quick_check``: a fresh database would forget the run the blobs belong to.
 
-Blob writes are shaped for streamed uploads: a blob of known size is preallocated, and on Linux
-the kernel is asked to start writing each few MiB back to disk as soon as they are written
-(``sync_file_range``, asynchronous), so the disk works while the rest of the stream arrives
-and the fsync at commit, which alone makes the blob durable, has little left to wait for.
+Blob files are written by :mod:`fedepth_coordinator.state.blob_file`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import json
 import logging
 import os
 import sqlite3
-import sys
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -58,14 +52,13 @@ from fedepth_coordinator.state.base import (
     check_key,
     to_json,
 )
+from fedepth_coordinator.state.blob_file import FILE_MODE, FileBlobWriter, private_dir
 
 log = logging.getLogger(__name__)
 
 #: 2: blob checksums (a version-1 state gets the checksums of its blobs as they are on opening).
 SCHEMA_VERSION = 2
 _SUFFIX = ".safetensors"
-_DIR_MODE = 0o700
-_FILE_MODE = 0o600
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -115,95 +108,6 @@ _RECOVER = (
 _UNREADABLE = (sqlite3.Error, ValueError, KeyError, TypeError, MemoryError, SafetensorError)
 
 
-def _private_dir(path: Path) -> None:
-    """Create ``path`` (and parents) and make it 0700: the state is the fleet's models."""
-    path.mkdir(parents=True, exist_ok=True, mode=_DIR_MODE)
-    with contextlib.suppress(OSError):  # not ours to change (a mounted volume): keep going
-        os.chmod(path, _DIR_MODE)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-#: Written bytes handed to the kernel for writeback at a time (see :func:`_writeback_starter`).
-WRITEBACK_BYTES = 8 << 20
-_SYNC_FILE_RANGE_WRITE = 2  # linux/fs.h: start writeback of dirty pages, do not wait
-
-
-def _writeback_starter() -> Callable[[int, int, int], None] | None:
-    """``start(fd, offset, nbytes)``: asynchronous writeback of a written range (Linux
-    ``sync_file_range``), or None where the call is unavailable. A hint only: durability still
-    comes from the fsync at commit."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-
-    def start(fd: int, offset: int, nbytes: int) -> None:
-        fn(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)  # failure only loses the head start
-
-    return start
-
-
-_start_writeback = _writeback_starter()
-
-
-class _FileBlobWriter(BlobWriter):
-    def __init__(
-        self, final: Path, size: int | None, on_commit: Callable[[str, int], None]
-    ) -> None:
-        self._final = final
-        self._tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
-        # unbuffered: chunks are large, and each goes to the kernel as it comes; closed by
-        # commit or abort; 0600 like every state file
-        fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
-        self._file: Any = os.fdopen(fd, "wb", buffering=0)
-        self._size = size
-        self._written = 0
-        self._hash = hashlib.sha256()
-        self._on_commit = on_commit
-        self._handed = 0  # bytes handed to the kernel for writeback
-        if size and hasattr(os, "posix_fallocate"):
-            # fewer block allocations while writing; trimmed at commit if fewer bytes came
-            with contextlib.suppress(OSError):  # not supported here: allocate as it comes
-                os.posix_fallocate(self._file.fileno(), 0, size)
-
-    def write(self, data: bytes | memoryview) -> None:
-        view = memoryview(data).cast("B")
-        self._hash.update(view)
-        while view.nbytes:
-            n = self._file.write(view)
-            view = view[n:]
-            self._written += n
-        if _start_writeback is not None and self._written - self._handed >= WRITEBACK_BYTES:
-            _start_writeback(self._file.fileno(), self._handed, self._written - self._handed)
-            self._handed = self._written
-
-    def commit(self) -> None:
-        fd = self._file.fileno()
-        if self._size is not None and self._written < self._size:
-            os.ftruncate(fd, self._written)
-        os.fsync(fd)
-        self._file.close()
-        os.replace(self._tmp, self._final)
-        _fsync_dir(self._final.parent)
-        self._on_commit(self._hash.hexdigest(), self._written)
-
-    def abort(self) -> None:
-        if not self._file.closed:
-            self._file.close()
-        self._tmp.unlink(missing_ok=True)
-
-
 class SqliteStore(Store):
     """State in ``directory`` (created if needed); reopening it restores everything."""
 
@@ -211,8 +115,8 @@ class SqliteStore(Store):
         self.directory = Path(directory)
         self.blob_dir = self.directory / "blobs"
         self.db_path = self.directory / "state.db"
-        _private_dir(self.directory)
-        _private_dir(self.blob_dir)
+        private_dir(self.directory)
+        private_dir(self.blob_dir)
         if not self.db_path.exists() and self.blob_keys():
             raise StateError(
                 f"{self.db_path} is missing but {self.blob_dir} holds "
@@ -223,10 +127,10 @@ class SqliteStore(Store):
             tmp.unlink()
         self._lock = threading.Lock()
         if not self.db_path.exists():  # 0600 from the start (SQLite gives its -wal the same)
-            os.close(os.open(self.db_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE))
+            os.close(os.open(self.db_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
         for f in (self.db_path, *self.directory.glob("state.db-*")):
             with contextlib.suppress(OSError):
-                os.chmod(f, _FILE_MODE)
+                os.chmod(f, FILE_MODE)
         try:
             self._db = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None)
         except sqlite3.Error as exc:
@@ -424,7 +328,7 @@ class SqliteStore(Store):
             with self._tx() as db:
                 db.execute("INSERT OR REPLACE INTO blobs VALUES (?, ?, ?)", (key, sha256, nbytes))
 
-        return _FileBlobWriter(self._path(key), size, record)
+        return FileBlobWriter(self._path(key), size, record)
 
     def read_blob(self, key: str, offset: int, size: int) -> bytearray:
         with open(self._path(key), "rb") as f:
@@ -478,7 +382,7 @@ class SqliteStore(Store):
         self._path(key).replace(target)
         if recorded is not None:  # what the bytes should hash to, for whoever inspects it
             side = target.with_name(f"{target.name}.sha256")
-            fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, _FILE_MODE)
+            fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
             with os.fdopen(fd, "w") as f:
                 f.write(f"{recorded}  {key}{_SUFFIX}\n")
         with self._tx() as db:

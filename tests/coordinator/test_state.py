@@ -22,8 +22,8 @@ from fedepth_coordinator.state import (
     SqliteStore,
     Store,
     UpdateRecord,
+    blob_file,
 )
-from fedepth_coordinator.state import sqlite as sqlite_state
 from fedepth_coordinator.state.base import CorruptBlobError, StateError
 
 
@@ -143,9 +143,9 @@ def test_blob_size_hints_preallocate_without_changing_the_bytes(
     """A size hint (exact, too large, too small) never changes what is stored; on SQLite the
     early writeback (every few bytes here) and its absence (other systems) give the same."""
     if isinstance(store, SqliteStore):
-        monkeypatch.setattr(sqlite_state, "WRITEBACK_BYTES", 7)
+        monkeypatch.setattr(blob_file, "WRITEBACK_BYTES", 7)
         if not writeback:
-            monkeypatch.setattr(sqlite_state, "_start_writeback", None)
+            monkeypatch.setattr(blob_file, "_start_writeback", None)
     data = bytes(range(256)) * 9
     for key, hint in (("exact", len(data)), ("large", len(data) + 4096), ("small", 10)):
         with store.blob_writer(key, size=hint) as w:
