@@ -24,9 +24,9 @@ from fedepth.data.sequence import Frame
 from fedepth.data.torchdata import resize_frame
 from fedepth.descriptor import Descriptor, DescriptorExtractor, image_to_tensor
 from fedepth.models import DepthModel, ModelCard, card_of, load_model, read_card, set_state
+from fedepth.models.state import State
 from fedepth.recipe import TrainRecipe
 from fedepth.strategies import ClientUpdate, TrainTask
-from fedepth.strategies.aggregate import State
 from fedepth.strategies.pacfl import BASIS_KEY
 from fedepth_ros.drift import window_descriptor
 from fedepth_ros.params import ROBOT_NODE
