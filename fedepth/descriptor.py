@@ -35,6 +35,33 @@ def gem(x: torch.Tensor, p: float = 3.0, eps: float = 1e-6) -> torch.Tensor:
     return z.pow(p).mean(dim=(-2, -1)).pow(1.0 / p)
 
 
+def check_descriptor(
+    mean: npt.ArrayLike, var: npt.ArrayLike, num_frames: int | None = None
+) -> None:
+    """Raise a one-line ValueError unless ``(mean, var)`` is a valid descriptor: 1-D arrays of
+    one length, finite, variances > 0 (and, when given, ``num_frames`` > 0).
+
+    The one check of a descriptor's validity: :class:`Descriptor` runs it on construction, the
+    coordinator's serde and fleet registry map its error to INVALID_ARGUMENT.
+    """
+    m, v = np.asarray(mean), np.asarray(var)
+    if m.ndim == 1 and v.ndim == 1 and m.size != v.size:
+        raise ValueError(
+            f"malformed descriptor: {m.size} means but {v.size} variances (they must have the "
+            "same length)"
+        )
+    if m.shape != v.shape or m.ndim != 1:
+        raise ValueError(
+            f"descriptor mean {m.shape} and variance {v.shape}: both must be 1-D with equal shape"
+        )
+    if not (np.isfinite(m).all() and np.isfinite(v).all()):
+        raise ValueError("descriptor contains NaN or Inf")
+    if (v <= 0).any():
+        raise ValueError("descriptor variances must be > 0")
+    if num_frames is not None and num_frames <= 0:
+        raise ValueError(f"descriptor num_frames must be > 0, got {num_frames}")
+
+
 @dataclass(frozen=True)
 class Descriptor:
     """A client's Gaussian descriptor: mean and variance (D,) over ``num_frames`` GeM vectors."""
@@ -44,15 +71,7 @@ class Descriptor:
     num_frames: int
 
     def __post_init__(self) -> None:
-        if self.mean.shape != self.var.shape or self.mean.ndim != 1:
-            raise ValueError(
-                f"descriptor mean {self.mean.shape} and variance {self.var.shape}: "
-                "both must be 1-D with equal shape"
-            )
-        if not (np.isfinite(self.mean).all() and np.isfinite(self.var).all()):
-            raise ValueError("descriptor contains NaN or Inf")
-        if (self.var <= 0).any():
-            raise ValueError("descriptor variances must be > 0")
+        check_descriptor(self.mean, self.var)
 
     @property
     def dim(self) -> int:

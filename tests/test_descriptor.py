@@ -11,6 +11,7 @@ from fedepth.descriptor import (
     Descriptor,
     DescriptorExtractor,
     RunningMoments,
+    check_descriptor,
     gem,
     image_to_tensor,
     sample_indices,
@@ -107,3 +108,18 @@ def test_descriptor_validation() -> None:
         Descriptor(mean=np.zeros(3), var=np.array([1.0, 0.0, 1.0]), num_frames=2)
     with pytest.raises(ValueError, match="NaN"):
         Descriptor(mean=np.array([np.nan]), var=np.ones(1), num_frames=2)
+
+
+def test_check_descriptor_is_the_one_validity_check() -> None:
+    check_descriptor(np.zeros(3), np.ones(3), 2)
+    with pytest.raises(ValueError, match="malformed descriptor: 3 means but 2 variances"):
+        check_descriptor(np.zeros(3), np.ones(2))
+    with pytest.raises(ValueError, match="both must be 1-D"):
+        check_descriptor(np.zeros((2, 3)), np.ones((2, 3)))
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        check_descriptor(np.zeros(3), np.array([1.0, np.inf, 1.0]))
+    with pytest.raises(ValueError, match="variances must be > 0"):
+        check_descriptor(np.zeros(3), -np.ones(3))
+    with pytest.raises(ValueError, match="num_frames must be > 0, got 0"):
+        check_descriptor(np.zeros(3), np.ones(3), 0)
+    Descriptor(mean=np.zeros(3), var=np.ones(3), num_frames=0)  # the fleet refuses it, not here
