@@ -118,6 +118,27 @@ class RunningMoments:
             raise ValueError("no vectors seen")
         return self._m2 / self.count
 
+    def descriptor(self, var_floor: float = VAR_FLOOR) -> Descriptor:
+        """The Gaussian descriptor of the vectors seen, every variance raised to ``var_floor``."""
+        var = np.maximum(self.variance, var_floor)
+        return Descriptor(mean=self.mean.copy(), var=var, num_frames=int(self.count))
+
+
+def gem_descriptor(vectors: npt.ArrayLike, *, var_floor: float = VAR_FLOOR) -> Descriptor:
+    """(n, C) GeM vectors -> their Gaussian descriptor (population variance, floored).
+
+    The one way a descriptor is made from GeM vectors held in memory (a robot's sampled frames,
+    depth_node's drift window); :class:`DescriptorExtractor` streams the same moments batch by
+    batch. Bit for bit ``x.mean(axis=0)`` and ``np.maximum(x.var(axis=0), var_floor)`` in
+    float64.
+    """
+    x = np.asarray(vectors, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 1:
+        raise ValueError(f"expected (n >= 1, D) vectors, got shape {x.shape}")
+    moments = RunningMoments(x.shape[1])
+    moments.update(x)
+    return moments.descriptor(var_floor)
+
 
 def sample_indices(num_available: int, n: int, seed: int) -> np.ndarray:
     """The n_c = min(n, |X_c|) frame indices to describe a client, sorted, drawn without
@@ -196,8 +217,7 @@ class DescriptorExtractor:
 
     def _descriptor(self, moments: RunningMoments | None) -> Descriptor:
         assert moments is not None  # sample_indices is never empty
-        var = np.maximum(moments.variance, self.var_floor)
-        return Descriptor(mean=moments.mean.copy(), var=var, num_frames=int(moments.count))
+        return moments.descriptor(self.var_floor)
 
     def extract(
         self, frames: Frames, *, to_tensor: Callable[[Any], torch.Tensor] | None = None

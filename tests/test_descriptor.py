@@ -13,6 +13,7 @@ from fedepth.descriptor import (
     RunningMoments,
     check_descriptor,
     gem,
+    gem_descriptor,
     image_to_tensor,
     sample_indices,
 )
@@ -123,3 +124,21 @@ def test_check_descriptor_is_the_one_validity_check() -> None:
     with pytest.raises(ValueError, match="num_frames must be > 0, got 0"):
         check_descriptor(np.zeros(3), np.ones(3), 0)
     Descriptor(mean=np.zeros(3), var=np.ones(3), num_frames=0)  # the fleet refuses it, not here
+
+
+def test_gem_descriptor_is_numpys_moments_bit_for_bit_and_the_extractors() -> None:
+    rng = np.random.default_rng(3)
+    for x in (rng.random((5, 7)), rng.random((40, 3)).astype(np.float32), np.ones((1, 4))):
+        d = gem_descriptor(x)
+        xf = np.asarray(x, dtype=np.float64)
+        assert np.array_equal(d.mean, xf.mean(axis=0)) and d.num_frames == x.shape[0]
+        assert np.array_equal(d.var, np.maximum(xf.var(axis=0), VAR_FLOOR))
+    assert np.array_equal(gem_descriptor(np.ones((2, 3)), var_floor=0.5).var, np.full(3, 0.5))
+    with pytest.raises(ValueError, match=r"expected \(n >= 1, D\) vectors"):
+        gem_descriptor(np.zeros((0, 3)))
+    frames = [rng.integers(0, 256, (6, 6, 3), dtype=np.uint8) for _ in range(5)]
+    ex = DescriptorExtractor(lambda t: t.mean(dim=1, keepdim=True) + 1.0, batch_size=8)
+    streamed, feats = ex.extract_with_features(frames)
+    one_shot = gem_descriptor(feats)  # one batch: the streamed moments are the same numbers
+    assert np.array_equal(streamed.mean, one_shot.mean)
+    assert np.array_equal(streamed.var, one_shot.var)
