@@ -35,6 +35,33 @@ def gem(x: torch.Tensor, p: float = 3.0, eps: float = 1e-6) -> torch.Tensor:
     return z.pow(p).mean(dim=(-2, -1)).pow(1.0 / p)
 
 
+def check_descriptor(
+    mean: npt.ArrayLike, var: npt.ArrayLike, num_frames: int | None = None
+) -> None:
+    """Raise a one-line ValueError unless ``(mean, var)`` is a valid descriptor: 1-D arrays of
+    one length, finite, variances > 0 (and, when given, ``num_frames`` > 0).
+
+    The one check of a descriptor's validity: :class:`Descriptor` runs it on construction, the
+    coordinator's serde and fleet registry map its error to INVALID_ARGUMENT.
+    """
+    m, v = np.asarray(mean), np.asarray(var)
+    if m.ndim == 1 and v.ndim == 1 and m.size != v.size:
+        raise ValueError(
+            f"malformed descriptor: {m.size} means but {v.size} variances (they must have the "
+            "same length)"
+        )
+    if m.shape != v.shape or m.ndim != 1:
+        raise ValueError(
+            f"descriptor mean {m.shape} and variance {v.shape}: both must be 1-D with equal shape"
+        )
+    if not (np.isfinite(m).all() and np.isfinite(v).all()):
+        raise ValueError("descriptor contains NaN or Inf")
+    if (v <= 0).any():
+        raise ValueError("descriptor variances must be > 0")
+    if num_frames is not None and num_frames <= 0:
+        raise ValueError(f"descriptor num_frames must be > 0, got {num_frames}")
+
+
 @dataclass(frozen=True)
 class Descriptor:
     """A client's Gaussian descriptor: mean and variance (D,) over ``num_frames`` GeM vectors."""
@@ -44,15 +71,7 @@ class Descriptor:
     num_frames: int
 
     def __post_init__(self) -> None:
-        if self.mean.shape != self.var.shape or self.mean.ndim != 1:
-            raise ValueError(
-                f"descriptor mean {self.mean.shape} and variance {self.var.shape}: "
-                "both must be 1-D with equal shape"
-            )
-        if not (np.isfinite(self.mean).all() and np.isfinite(self.var).all()):
-            raise ValueError("descriptor contains NaN or Inf")
-        if (self.var <= 0).any():
-            raise ValueError("descriptor variances must be > 0")
+        check_descriptor(self.mean, self.var)
 
     @property
     def dim(self) -> int:
@@ -98,6 +117,27 @@ class RunningMoments:
         if self.count == 0:
             raise ValueError("no vectors seen")
         return self._m2 / self.count
+
+    def descriptor(self, var_floor: float = VAR_FLOOR) -> Descriptor:
+        """The Gaussian descriptor of the vectors seen, every variance raised to ``var_floor``."""
+        var = np.maximum(self.variance, var_floor)
+        return Descriptor(mean=self.mean.copy(), var=var, num_frames=int(self.count))
+
+
+def gem_descriptor(vectors: npt.ArrayLike, *, var_floor: float = VAR_FLOOR) -> Descriptor:
+    """(n, C) GeM vectors -> their Gaussian descriptor (population variance, floored).
+
+    The one way a descriptor is made from GeM vectors held in memory (a robot's sampled frames,
+    depth_node's drift window); :class:`DescriptorExtractor` streams the same moments batch by
+    batch. Bit for bit ``x.mean(axis=0)`` and ``np.maximum(x.var(axis=0), var_floor)`` in
+    float64.
+    """
+    x = np.asarray(vectors, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 1:
+        raise ValueError(f"expected (n >= 1, D) vectors, got shape {x.shape}")
+    moments = RunningMoments(x.shape[1])
+    moments.update(x)
+    return moments.descriptor(var_floor)
 
 
 def sample_indices(num_available: int, n: int, seed: int) -> np.ndarray:
@@ -177,8 +217,7 @@ class DescriptorExtractor:
 
     def _descriptor(self, moments: RunningMoments | None) -> Descriptor:
         assert moments is not None  # sample_indices is never empty
-        var = np.maximum(moments.variance, self.var_floor)
-        return Descriptor(mean=moments.mean.copy(), var=var, num_frames=int(moments.count))
+        return moments.descriptor(self.var_floor)
 
     def extract(
         self, frames: Frames, *, to_tensor: Callable[[Any], torch.Tensor] | None = None

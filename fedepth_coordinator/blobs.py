@@ -16,8 +16,9 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 
+from fedepth.models.state import State
 from fedepth_coordinator.state.base import BlobWriter, Store
-from fedepth_coordinator.tensors import Group, Layout, State, TensorSpec, iter_chunks
+from fedepth_coordinator.tensors import Group, Layout, TensorSpec, iter_chunks
 
 _LAYOUT_KEY = "fedepth.layout"
 

@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from fedepth.clustering import jeffreys_cross
-from fedepth.descriptor import Descriptor
+from fedepth.descriptor import Descriptor, check_descriptor
 from fedepth.strategies.pacfl import BASIS_KEY as PACFL_BASIS
 from fedepth_coordinator.coordstate import CoordinatorState, check_caller, log
 from fedepth_coordinator.domain import DescriptorAck, Registration
@@ -213,8 +213,10 @@ class FleetRegistry:
             raise InvalidArgumentError(
                 f"descriptor has {d.dim} dimensions; it needs 1 to {v.max_descriptor_dim}"
             )
-        if d.num_frames <= 0:
-            raise InvalidArgumentError(f"descriptor num_frames must be > 0, got {d.num_frames}")
+        try:
+            check_descriptor(d.mean, d.var, d.num_frames)
+        except ValueError as exc:
+            raise InvalidArgumentError(str(exc)) from exc
         dim = s.expected_dim()
         if dim is not None and d.dim != dim:
             raise InvalidArgumentError(

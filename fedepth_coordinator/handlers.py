@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 
 from fedepth.descriptor import Descriptor
+from fedepth.models.state import State
 from fedepth.strategies import Strategy
 from fedepth_coordinator.checkpoints import Checkpoints
 from fedepth_coordinator.config import CoordinatorConfig
@@ -61,7 +62,6 @@ from fedepth_coordinator.formation import Formation
 from fedepth_coordinator.rounds import RoundController
 from fedepth_coordinator.router import Router
 from fedepth_coordinator.state.base import Checkpoint, Store
-from fedepth_coordinator.tensors import State
 from fedepth_coordinator.transfers import TransferSlots
 from fedepth_coordinator.uploads import MAX_METRICS, SPILL_QUEUE_CHUNKS, UploadSink
 

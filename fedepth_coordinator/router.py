@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fedepth.descriptor import Descriptor
+from fedepth.models.state import State
 from fedepth.strategies import ClusteredStrategy, RouteDecision
 from fedepth_coordinator.coordstate import CoordinatorState
 from fedepth_coordinator.domain import (
@@ -22,7 +23,7 @@ from fedepth_coordinator.domain import (
     RouteStream,
 )
 from fedepth_coordinator.errors import FailedPreconditionError, InvalidArgumentError
-from fedepth_coordinator.tensors import STATE, Layout, State
+from fedepth_coordinator.tensors import STATE, Layout
 from fedepth_coordinator.transfers import TransferSlots
 
 

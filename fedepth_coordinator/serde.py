@@ -117,17 +117,13 @@ def descriptor_to_pb(d: Descriptor) -> pb.Descriptor:
 
 
 def descriptor_from_pb(msg: pb.Descriptor) -> Descriptor:
+    """The descriptor of a message; INVALID_ARGUMENT when :func:`check_descriptor` refuses it."""
     mean = np.asarray(msg.mean, dtype=np.float64)
     var = np.asarray(msg.var, dtype=np.float64)
-    if mean.size != var.size:
-        raise InvalidArgumentError(
-            f"malformed descriptor: {mean.size} means but {var.size} variances (they must "
-            "have the same length)"
-        )
     try:
         return Descriptor(mean=mean, var=var, num_frames=int(msg.num_frames))
     except ValueError as exc:
-        raise InvalidArgumentError(f"invalid descriptor: {exc}") from exc
+        raise InvalidArgumentError(str(exc)) from exc
 
 
 # -- training recipe ----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from grpc_reflection.v1alpha import reflection
 from safetensors.numpy import load_file
 
 from fedepth.models import ModelCard, card_of, create_model, get_state, read_card, set_state
+from fedepth.models.state import State
 from fedepth.strategies import Strategy
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
 from fedepth_coordinator.auth import AuthInterceptor, CredentialStore
@@ -32,7 +33,7 @@ from fedepth_coordinator.handlers import Coordinator
 from fedepth_coordinator.limits import CallLimitInterceptor
 from fedepth_coordinator.servicer import CoordinatorServicer, add_to_server
 from fedepth_coordinator.state import Store, open_store
-from fedepth_coordinator.tensors import STATE, State
+from fedepth_coordinator.tensors import STATE
 
 log = logging.getLogger(__name__)
 

@@ -27,11 +27,11 @@ import numpy as np
 import yaml
 
 from fedepth.descriptor import Descriptor
+from fedepth.models.state import State
 from fedepth.strategies import ClientInfo, ClientUpdate, TrainTask, create_strategy
 from fedepth_coordinator.client import ClientTls, CoordinatorClient, open_channel
 from fedepth_coordinator.config import CoordinatorConfig, to_dict
 from fedepth_coordinator.robot import RobotLoop, RobotProfile, RobotReport, TrainFn
-from fedepth_coordinator.tensors import State
 
 log = logging.getLogger(__name__)
 

@@ -43,8 +43,6 @@ STATE = "state"
 #: Names of extra groups (they become part of on-disk keys): short and plain.
 GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
-State = dict[str, np.ndarray]
-
 
 def dtype_name(dtype: np.dtype) -> str:
     """The safetensors name of a numpy dtype (byte order ignored)."""
@@ -231,20 +229,22 @@ class Assembler:
         self._view[self.received : end] = chunk
         self.received = end
 
-    def finish(self) -> dict[str, State]:
+    def finish(self) -> dict[str, dict[str, np.ndarray]]:
         """The groups of arrays; raises when the stream ended early."""
         if self.received != self.total:
             raise InvalidArgumentError(
                 f"stream ended after {self.received} of {self.total} bytes (truncated)"
             )
-        out: dict[str, State] = {g.name: {} for g in self.layout.groups}
+        out: dict[str, dict[str, np.ndarray]] = {g.name: {} for g in self.layout.groups}
         for gname, spec, offset in self.layout.entries():
             raw = self._buffer[offset : offset + spec.nbytes]
             out[gname][spec.name] = raw.view(spec.np_dtype).reshape(spec.shape)
         return out
 
 
-def assemble(layout: Layout, chunks: Iterable[bytes | memoryview]) -> dict[str, State]:
+def assemble(
+    layout: Layout, chunks: Iterable[bytes | memoryview]
+) -> dict[str, dict[str, np.ndarray]]:
     """Arrays of a layout from all its chunks."""
     asm = Assembler(layout)
     for chunk in chunks:

@@ -18,17 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fedepth.clustering import jeffreys_cross
-from fedepth.descriptor import VAR_FLOOR, Descriptor
-
-
-def window_descriptor(vectors: np.ndarray) -> Descriptor:
-    """(n, D) GeM vectors -> their Gaussian descriptor (population variance, floored)."""
-    x = np.asarray(vectors, dtype=np.float64)
-    if x.ndim != 2 or x.shape[0] < 1:
-        raise ValueError(f"expected (n >= 1, D) vectors, got shape {x.shape}")
-    return Descriptor(
-        mean=x.mean(axis=0), var=np.maximum(x.var(axis=0), VAR_FLOOR), num_frames=x.shape[0]
-    )
+from fedepth.descriptor import Descriptor, gem_descriptor
 
 
 def divergence(a: Descriptor, b: Descriptor) -> float:
@@ -79,7 +69,7 @@ class DriftMonitor:
         if len(self.vectors) < (self.vectors.maxlen or 0) or self._since_check < self.check_period:
             return None
         self._since_check = 0
-        current = window_descriptor(np.stack(self.vectors))
+        current = gem_descriptor(np.stack(self.vectors))
         d = divergence(self.reference, current)
         self.last_divergence = d
         if d > self.enter * self.tau:

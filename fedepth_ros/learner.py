@@ -22,18 +22,14 @@ from fedepth.client import train_round
 from fedepth.clustering import subspace_basis
 from fedepth.data.sequence import Frame
 from fedepth.data.torchdata import resize_frame
-from fedepth.descriptor import Descriptor, DescriptorExtractor, image_to_tensor
+from fedepth.descriptor import Descriptor, DescriptorExtractor, gem_descriptor, image_to_tensor
 from fedepth.models import DepthModel, ModelCard, card_of, load_model, read_card, set_state
+from fedepth.models.state import State
 from fedepth.recipe import TrainRecipe
 from fedepth.strategies import ClientUpdate, TrainTask
-from fedepth.strategies.aggregate import State
-from fedepth.strategies.pacfl import BASIS_KEY
-from fedepth_ros.drift import window_descriptor
+from fedepth.strategies.pacfl import BASIS_KEY, BASIS_SIZE
 from fedepth_ros.params import ROBOT_NODE
 from fedepth_ros.sync import FrameBuffer
-
-#: PACFL subspace dimension sent with every descriptor (SimConfig.pacfl_basis).
-PACFL_BASIS = 3
 
 
 def resolve_device(name: str) -> torch.device:
@@ -54,8 +50,8 @@ def resolve_device(name: str) -> torch.device:
 def describe(gem_vectors: np.ndarray) -> tuple[Descriptor, dict[str, np.ndarray]]:
     """Per-frame GeM vectors (n, D) -> the Gaussian descriptor and the summaries a strategy
     may ask for (PACFL's subspace basis), from one encoder pass, as :mod:`fedepth.sim` does."""
-    basis = subspace_basis(np.asarray(gem_vectors).T, PACFL_BASIS)
-    return window_descriptor(gem_vectors), {BASIS_KEY: basis}
+    basis = subspace_basis(np.asarray(gem_vectors).T, BASIS_SIZE)
+    return gem_descriptor(gem_vectors), {BASIS_KEY: basis}
 
 
 def model_from_weights(weights: str) -> DepthModel:

@@ -11,7 +11,9 @@ from fedepth.descriptor import (
     Descriptor,
     DescriptorExtractor,
     RunningMoments,
+    check_descriptor,
     gem,
+    gem_descriptor,
     image_to_tensor,
     sample_indices,
 )
@@ -107,3 +109,36 @@ def test_descriptor_validation() -> None:
         Descriptor(mean=np.zeros(3), var=np.array([1.0, 0.0, 1.0]), num_frames=2)
     with pytest.raises(ValueError, match="NaN"):
         Descriptor(mean=np.array([np.nan]), var=np.ones(1), num_frames=2)
+
+
+def test_check_descriptor_is_the_one_validity_check() -> None:
+    check_descriptor(np.zeros(3), np.ones(3), 2)
+    with pytest.raises(ValueError, match="malformed descriptor: 3 means but 2 variances"):
+        check_descriptor(np.zeros(3), np.ones(2))
+    with pytest.raises(ValueError, match="both must be 1-D"):
+        check_descriptor(np.zeros((2, 3)), np.ones((2, 3)))
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        check_descriptor(np.zeros(3), np.array([1.0, np.inf, 1.0]))
+    with pytest.raises(ValueError, match="variances must be > 0"):
+        check_descriptor(np.zeros(3), -np.ones(3))
+    with pytest.raises(ValueError, match="num_frames must be > 0, got 0"):
+        check_descriptor(np.zeros(3), np.ones(3), 0)
+    Descriptor(mean=np.zeros(3), var=np.ones(3), num_frames=0)  # the fleet refuses it, not here
+
+
+def test_gem_descriptor_is_numpys_moments_bit_for_bit_and_the_extractors() -> None:
+    rng = np.random.default_rng(3)
+    for x in (rng.random((5, 7)), rng.random((40, 3)).astype(np.float32), np.ones((1, 4))):
+        d = gem_descriptor(x)
+        xf = np.asarray(x, dtype=np.float64)
+        assert np.array_equal(d.mean, xf.mean(axis=0)) and d.num_frames == x.shape[0]
+        assert np.array_equal(d.var, np.maximum(xf.var(axis=0), VAR_FLOOR))
+    assert np.array_equal(gem_descriptor(np.ones((2, 3)), var_floor=0.5).var, np.full(3, 0.5))
+    with pytest.raises(ValueError, match=r"expected \(n >= 1, D\) vectors"):
+        gem_descriptor(np.zeros((0, 3)))
+    frames = [rng.integers(0, 256, (6, 6, 3), dtype=np.uint8) for _ in range(5)]
+    ex = DescriptorExtractor(lambda t: t.mean(dim=1, keepdim=True) + 1.0, batch_size=8)
+    streamed, feats = ex.extract_with_features(frames)
+    one_shot = gem_descriptor(feats)  # one batch: the streamed moments are the same numbers
+    assert np.array_equal(streamed.mean, one_shot.mean)
+    assert np.array_equal(streamed.var, one_shot.var)

@@ -23,7 +23,9 @@ from torch import nn
 
 from fedepth.models.encoders import load_module_strict
 
-#: A numpy state, the same shape as ``fedepth.strategies.aggregate.State``.
+#: A model's weights as numpy arrays by tensor name: the one definition of a *state*, read-only
+#: (functions that make a fresh state return ``dict[str, np.ndarray]``). The strategies, the
+#: coordinator and the nodes all import it from here (``fedepth.strategies.State`` re-exports it).
 State = Mapping[str, np.ndarray]
 
 

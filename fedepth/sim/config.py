@@ -16,6 +16,7 @@ from typing import Any
 from fedepth.depth_range import FLEET
 from fedepth.models import DepthModel, create_model
 from fedepth.recipe import TrainRecipe, round_lr
+from fedepth.strategies.pacfl import BASIS_SIZE
 from fedepth.training import TrainConfig
 
 #: torch threads of :func:`pretrain` unless configured otherwise
@@ -61,7 +62,7 @@ class SimConfig:
     #: own, 0.85); lower values weigh a prediction's global scale more
     variance_focus: float | None = _RECIPE.variance_focus
     descriptor_frames: int = 32
-    pacfl_basis: int = 3
+    pacfl_basis: int = BASIS_SIZE
     eval_frames: int = 8
     last_rounds: int = 5
     eval_every: int = 0

@@ -17,9 +17,9 @@ import torch
 from fedepth.client import RoundResult, train_round
 from fedepth.data.sequence import Sequence as RGBDSequence
 from fedepth.models import DepthModel
+from fedepth.models.state import State
 from fedepth.sim.config import SimConfig
 from fedepth.strategies import TrainTask
-from fedepth.strategies.aggregate import State
 
 
 @dataclass

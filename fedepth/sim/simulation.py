@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from fedepth.data.sequence import Sequence as RGBDSequence
 from fedepth.models import set_state
+from fedepth.models.state import State
 from fedepth.sim.config import SimConfig
 from fedepth.sim.evaluation import Router, Sample, evaluate_sequence
 from fedepth.sim.executors import ClientJob, Executor, JobResult, SequentialExecutor
@@ -32,7 +33,6 @@ from fedepth.sim.records import (
 )
 from fedepth.sim.wire import state_nbytes, wire_seconds
 from fedepth.strategies import ClientInfo, Strategy, create_strategy
-from fedepth.strategies.aggregate import State
 
 log = logging.getLogger(__name__)
 

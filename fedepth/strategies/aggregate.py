@@ -1,6 +1,7 @@
 """Aggregation arithmetic shared by every strategy: plain functions on dicts of numpy arrays.
 
-A *state* is a mapping from tensor name to array (a model's ``state_dict`` as numpy). All means
+A *state* (:data:`fedepth.models.state.State`) is a mapping from tensor name to array (a
+model's ``state_dict`` as numpy). All means
 accumulate in float64 and are cast back to each tensor's dtype; integer tensors (BatchNorm's
 ``num_batches_tracked``) are rounded to the nearest integer.
 """
@@ -8,13 +9,14 @@ accumulate in float64 and are cast back to each tensor's dtype; integer tensors 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-State = Mapping[str, np.ndarray]
+from fedepth.models.state import State
+
 #: How one cluster's model is made from its members' states and sample counts.
 ClusterRule = Callable[[Sequence[State], Sequence[float]], State]
 

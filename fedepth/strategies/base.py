@@ -27,10 +27,10 @@ import numpy as np
 
 from fedepth import clustering
 from fedepth.descriptor import Descriptor
+from fedepth.models.state import State
 from fedepth.recipe import TrainRecipe
 from fedepth.strategies.aggregate import (
     ClusterRule,
-    State,
     client_models,
     cluster_models,
     server_step,

@@ -22,6 +22,9 @@ from fedepth.descriptor import Descriptor
 from fedepth.strategies.base import ClientInfo, ClusteredStrategy, RouteDecision
 
 BASIS_KEY = "pacfl_basis"
+#: Columns p of that basis unless configured otherwise (``SimConfig.pacfl_basis``; robots
+#: always send this many).
+BASIS_SIZE = 3
 
 
 class PACFL(ClusteredStrategy):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedepth.descriptor import Descriptor
-from fedepth_ros.drift import DriftMonitor, divergence, window_descriptor
+from fedepth.descriptor import Descriptor, gem_descriptor
+from fedepth_ros.drift import DriftMonitor, divergence
 
 DIM = 4
 
@@ -23,14 +23,14 @@ def frames(shift: float, n: int, seed: int = 0) -> list[np.ndarray]:
 
 
 def test_window_descriptor_and_divergence() -> None:
-    d = window_descriptor(np.stack(frames(2.0, 8)))
+    d = gem_descriptor(np.stack(frames(2.0, 8)))
     np.testing.assert_allclose(d.mean, 2.0)
     np.testing.assert_allclose(d.var, 1.0)
     # J = 0.5 * sum (m_a - m_b)^2 (1/s_a + 1/s_b) with unit variances: sum of squared shifts
     assert divergence(reference(), d) == pytest.approx(DIM * 4.0)
     assert divergence(reference(), reference()) == pytest.approx(0.0)
     with pytest.raises(ValueError, match="expected"):
-        window_descriptor(np.zeros((0, DIM)))
+        gem_descriptor(np.zeros((0, DIM)))
 
 
 class Clock:
@@ -59,7 +59,7 @@ def test_sustained_drift_reroutes_after_patience_and_cooldown() -> None:
     clock.t = 6.0
     # due at the first check after the cooldown, and at every check until re-routed
     assert run(monitor, frames(2.0, 4, seed=2)) == [1, 3]
-    window = window_descriptor(np.stack(monitor.vectors))
+    window = gem_descriptor(np.stack(monitor.vectors))
     monitor.rerouted(window)
     assert monitor.streak == 0 and monitor.reference is window
 
