@@ -165,7 +165,8 @@ class Simulation:
                     rnd,
                     ", ".join(results[i].update.cid for i in rejected),
                 )
-            accepted = [r for i, r in enumerate(results) if i not in set(rejected)]
+            left_out = set(rejected)
+            accepted = [r for i, r in enumerate(results) if i not in left_out]
             t_agg = time.perf_counter()
             strategy.aggregate_train(rnd, [r.update for r in accepted])
             aggregate_s = time.perf_counter() - t_agg + configure_s

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fedepth.strategies.aggregate import server_step
+from fedepth.strategies.aggregate import check_server_optimizer
 from fedepth.strategies.base import (
     ClientInfo,
     ClientUpdate,
@@ -101,7 +101,7 @@ def create_strategy(name: str, **cfg: Any) -> Strategy:
             )
         lr = float(server.get("server_lr", 1.0))
         momentum = float(server.get("server_momentum", 0.0))
-        server_step({}, {}, None, lr=lr, momentum=momentum)  # validates both
+        check_server_optimizer(lr, momentum)
         strategy.server_lr, strategy.server_momentum = lr, momentum
     return strategy
 

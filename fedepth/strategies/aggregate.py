@@ -175,6 +175,14 @@ def cluster_models(
 RUNNING_STATISTICS = ("running_mean", "running_var")
 
 
+def check_server_optimizer(lr: float, momentum: float) -> None:
+    """Raise ValueError unless ``lr`` > 0 (finite) and ``momentum`` in [0, 1)."""
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"server lr must be a number > 0, got {lr!r}")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"server momentum must lie in [0, 1), got {momentum!r}")
+
+
 def server_step(
     previous: State,
     aggregate: State,
@@ -191,10 +199,7 @@ def server_step(
     and BatchNorm's running statistics (:data:`RUNNING_STATISTICS`) take the aggregate and keep
     no velocity.
     """
-    if not (math.isfinite(lr) and lr > 0):
-        raise ValueError(f"server lr must be a number > 0, got {lr!r}")
-    if not 0 <= momentum < 1:
-        raise ValueError(f"server momentum must lie in [0, 1), got {momentum!r}")
+    check_server_optimizer(lr, momentum)
     names = _check_names([previous, aggregate], "server_step")
     new: dict[str, np.ndarray] = {}
     out_velocity: dict[str, np.ndarray] = {}
