@@ -68,6 +68,7 @@ setup(
             "bag_player = fedepth_ros.bag_player:main",
             "robot_node = fedepth_ros.robot_node:main",
             "depth_node = fedepth_ros.depth_node:main",
+            "depth_scorer = fedepth_ros.depth_scorer:main",
             "fedepth-coordinator = fedepth_coordinator.cli:main",
         ],
     },

@@ -33,7 +33,7 @@ from rclpy.logging import get_logger
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.publisher import Publisher
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.utilities import remove_ros_args
 from rosbags.interfaces import Connection
 from rosbags.rosbag2 import Reader
@@ -133,7 +133,11 @@ class BagPlayer(Node):
                 f"bag {self.bag}: start_offset {self.start_offset_ns / 1e9:g} s is past its "
                 f"end (duration {(self.bag_end_ns - self.bag_start_ns) / 1e9:g} s)"
             )
+        self.lossless = bool(params["lossless"])
         qos = QoSProfile(
+            # lossless: every message stays until each subscriber acknowledged it; publishing
+            # blocks (flow control) rather than overwrite one not yet delivered
+            history=HistoryPolicy.KEEP_ALL if self.lossless else HistoryPolicy.KEEP_LAST,
             depth=int(params["qos_depth"]),
             reliability=ReliabilityPolicy.RELIABLE,
             durability=DurabilityPolicy.VOLATILE,
@@ -241,7 +245,8 @@ class BagPlayer(Node):
         )
         return (
             f"playing {self.bag} ({self.storage}, {count} messages, {span:.3f} s) at rate "
-            f"{self.rate:g}{', looping' if self.loop else ''}: {topics}"
+            f"{self.rate:g}{', looping' if self.loop else ''}"
+            f"{', lossless' if self.lossless else ''}: {topics}"
         )
 
 
@@ -271,6 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--ack-timeout", type=float, metavar="S", help="max wait for acknowledgments at the end"
     )
+    parser.add_argument(
+        "--lossless",
+        action="store_true",
+        default=None,
+        help="keep every message until acknowledged (KEEP_ALL; no loss to lossless subscribers)",
+    )
     return parser
 
 
@@ -289,6 +300,7 @@ def cli_overrides(ns: argparse.Namespace) -> list[Parameter[Any]]:
         "wait_timeout": ns.wait_timeout,
         "start_delay": ns.start_delay,
         "ack_timeout": ns.ack_timeout,
+        "lossless": ns.lossless,
     }
     return [Parameter(k, value=v) for k, v in mapping.items() if v is not None]
 

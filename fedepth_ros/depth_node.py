@@ -33,7 +33,7 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.logging import get_logger
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from std_msgs.msg import String
 
@@ -52,7 +52,7 @@ from fedepth_ros.learner import (
     resolve_device,
     set_threads,
 )
-from fedepth_ros.node_common import NodeConfigError, WorkerNode, connect, run_node
+from fedepth_ros.node_common import NodeConfigError, WorkerNode, connect, run_node, stream_qos
 from fedepth_ros.params import DEPTH_NODE, declare_parameters
 from fedepth_ros.routing import ROUTE_RETRY, drift_monitor, reroute_on_drift, retry_until_stopped
 from fedepth_ros.sync import DropOldestQueue
@@ -79,9 +79,9 @@ class DepthNode(WorkerNode):
             raise NodeConfigError("set coordinator (to route a model) or weights (a local model)")
         if self.coordinator and ":" not in self.coordinator:
             raise NodeConfigError(f"coordinator must be host:port, got {self.coordinator!r}")
-        qos_name = str(params["output_qos"])
-        if qos_name not in ("sensor_data", "reliable"):
-            raise NodeConfigError(f"output_qos must be sensor_data or reliable, got {qos_name!r}")
+        out_qos = stream_qos(str(params["output_qos"]), "output_qos")
+        in_qos = stream_qos(str(params["input_qos"]), "input_qos")
+        self.resize_input = bool(params["resize_input"])
         if not float(params["status_period"]) > 0:
             raise NodeConfigError("status_period must be > 0")
         try:
@@ -89,7 +89,9 @@ class DepthNode(WorkerNode):
             self.device = resolve_device(str(params["device"]))
             # the model of the weights' card; without weights, the served card's (see _route)
             self.predictor: DepthPredictor | None = (
-                DepthPredictor(model_from_weights(self.weights), self.device)
+                DepthPredictor(
+                    model_from_weights(self.weights), self.device, resize=self.resize_input
+                )
                 if self.weights
                 else None
             )
@@ -127,15 +129,8 @@ class DepthNode(WorkerNode):
         self._served: DepthPredictor | None = None
         self._served_thread = threading.Thread(target=self._prepare, name="served", daemon=True)
 
-        self.create_subscription(Image, "image", self._on_image, qos_profile_sensor_data)
-        self.create_subscription(
-            CameraInfo, "camera_info", self._on_camera_info, qos_profile_sensor_data
-        )
-        out_qos = (
-            qos_profile_sensor_data
-            if qos_name == "sensor_data"
-            else QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        )
+        self.create_subscription(Image, "image", self._on_image, in_qos)
+        self.create_subscription(CameraInfo, "camera_info", self._on_camera_info, in_qos)
         self.depth_pub = self.create_publisher(Image, "depth_pred/image", out_qos)
         self.info_pub = self.create_publisher(CameraInfo, "depth_pred/camera_info", out_qos)
         self.points_pub = (
@@ -363,7 +358,7 @@ class DepthNode(WorkerNode):
             self.get_logger().error(self.card_error)
             return None
         self.get_logger().info(f"built the served model: {source} serves {card.describe()}")
-        return DepthPredictor(model, self.device)
+        return DepthPredictor(model, self.device, resize=self.resize_input)
 
     def _prepare(self) -> None:
         """At start, on its own thread: the served card, the model built from it (or the

@@ -21,7 +21,7 @@ import torch
 from fedepth.client import train_round
 from fedepth.clustering import subspace_basis
 from fedepth.data.sequence import Frame
-from fedepth.data.torchdata import resize_frame
+from fedepth.data.torchdata import resize_frame, resize_rgb
 from fedepth.descriptor import Descriptor, DescriptorExtractor, gem_descriptor, image_to_tensor
 from fedepth.models import DepthModel, ModelCard, card_of, load_model, read_card, set_state
 from fedepth.models.state import State
@@ -276,30 +276,48 @@ class BufferLearner:
 
 
 class DepthPredictor:
-    """Inference of one model: (H, W, 3) uint8 RGB -> (H, W) float32 metres, NaN = invalid."""
+    """Inference of one model: (H, W, 3) uint8 RGB -> (H, W) float32 metres, NaN = invalid.
 
-    def __init__(self, model: DepthModel, device: torch.device) -> None:
+    With ``resize`` and a model whose card has an input size, frames are resized to it first
+    (as training and the benchmark's evaluation resize them: bilinear, anti-aliased when
+    shrinking) and the depth is resized back to the frame's size (bilinear); the routing
+    descriptor and drift vectors are computed at that size too.
+    """
+
+    def __init__(self, model: DepthModel, device: torch.device, *, resize: bool = False) -> None:
         self.model = model.to(device).eval()
         self.device = device
         self.min_depth = float(model.min_depth)
         self.max_depth = float(model.max_depth)
+        self.size: tuple[int, int] | None = model.input_size if resize else None
 
     def load_state(self, state: State, source: str) -> None:
         set_state(self.model, state, source=source)
         self.model.eval()
 
+    def to_tensor(self, rgb: np.ndarray) -> torch.Tensor:
+        """(3, h, w) float input of one frame: at the card's size when resizing."""
+        if self.size is None:
+            return image_to_tensor(rgb)
+        return resize_rgb(rgb, self.size)
+
     def predict(self, rgb: np.ndarray) -> np.ndarray:
-        x = image_to_tensor(rgb)[None].to(self.device)
+        x = self.to_tensor(rgb)[None].to(self.device)
         with torch.inference_mode():
-            depth = self.model(x)[0, 0].float().cpu().numpy()
-        out = np.clip(depth, self.min_depth, self.max_depth).astype(np.float32)
-        out[~np.isfinite(depth)] = np.nan
-        return out
+            out = self.model(x)
+            if tuple(out.shape[-2:]) != tuple(rgb.shape[:2]):
+                out = torch.nn.functional.interpolate(
+                    out.float(), size=rgb.shape[:2], mode="bilinear", align_corners=False
+                )
+            depth = out[0, 0].float().cpu().numpy()
+        out_np = np.clip(depth, self.min_depth, self.max_depth).astype(np.float32)
+        out_np[~np.isfinite(depth)] = np.nan
+        return out_np
 
     def gem(self, rgb: np.ndarray) -> np.ndarray:
         """The GeM vector (C,) of one RGB frame under this model's encoder (drift watching)."""
         extractor = DescriptorExtractor(self.model.forward_features, device=self.device)
-        return extractor.pooled(image_to_tensor(rgb)[None]).numpy()[0].astype(np.float64)
+        return extractor.pooled(self.to_tensor(rgb)[None]).numpy()[0].astype(np.float64)
 
     def features(
         self, frames: Sequence[np.ndarray], num_frames: int, seed: int
@@ -309,4 +327,4 @@ class DepthPredictor:
         extractor = DescriptorExtractor(
             self.model.forward_features, num_frames=num_frames, seed=seed, device=self.device
         )
-        return describe(extractor.per_frame(frames))
+        return describe(extractor.per_frame(frames, to_tensor=self.to_tensor))

@@ -15,6 +15,7 @@ import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.logging import get_logger
 from rclpy.node import Node
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
 from fedepth_coordinator.client import ClientTls, CoordinatorClient, open_channel
 from fedepth_ros.dds import use_large_data_profile
@@ -22,6 +23,27 @@ from fedepth_ros.dds import use_large_data_profile
 
 class NodeConfigError(ValueError):
     """A parameter value the node cannot work with (logged as one line; exit status 1)."""
+
+
+#: The QoS names of the nodes' ``input_qos`` / ``output_qos`` parameters.
+STREAM_QOS = ("sensor_data", "reliable", "lossless")
+
+
+def stream_qos(name: str, parameter: str) -> QoSProfile:
+    """The QoS profile a stream parameter names: ``sensor_data`` (best effort, the camera
+    default), ``reliable`` (reliable, keep last 10) or ``lossless`` (reliable, keep all: a
+    sample is kept until taken, so a reader that falls behind is never overwritten; with a
+    lossless publisher, flow control holds the writer back instead of dropping; what
+    ``fedepth fleet replay`` uses end to end)."""
+    if name == "sensor_data":
+        return qos_profile_sensor_data
+    if name == "reliable":
+        return QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+    if name == "lossless":
+        return QoSProfile(
+            history=HistoryPolicy.KEEP_ALL, depth=1000, reliability=ReliabilityPolicy.RELIABLE
+        )
+    raise NodeConfigError(f"{parameter} must be one of {', '.join(STREAM_QOS)}, got {name!r}")
 
 
 def read_token(token_file: str) -> str:

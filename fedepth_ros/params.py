@@ -29,6 +29,11 @@ BAG_PLAYER: ParamSpec = {
     "wait_timeout": (10.0, "give up waiting for subscribers after this many seconds"),
     "start_delay": (0.0, "seconds to wait before the first message (after the subscriber wait)"),
     "ack_timeout": (5.0, "at the end, wait this long for subscribers to acknowledge everything"),
+    "lossless": (
+        False,
+        "keep every message until each subscriber acknowledged it (KEEP_ALL history: with "
+        "lossless subscribers no frame is lost, the player is held back instead)",
+    ),
 }
 
 ROBOT_NODE: ParamSpec = {
@@ -73,6 +78,17 @@ ROBOT_NODE: ParamSpec = {
     "sync_slop": (0.02, "seconds: largest image/depth stamp difference of a pair"),
     "sync_queue_size": (10, "per-stream queue of the image/depth synchronizer"),
     "status_period": (1.0, "seconds between status and diagnostics messages"),
+    "input_qos": (
+        "sensor_data",
+        "QoS of image, depth and camera_info: sensor_data (best effort) | reliable | lossless "
+        "(reliable, keep all: every frame of a lossless player reaches the buffer)",
+    ),
+    "join_frames": (
+        0,
+        "frames buffered before the robot registers and sends its descriptor (0 = "
+        "descriptor_frames); a replay sets the bag's frame count",
+    ),
+    "descriptor_seed": (0, "seed of the frames sampled for the descriptor"),
 }
 
 DEPTH_NODE: ParamSpec = {
@@ -88,7 +104,19 @@ DEPTH_NODE: ParamSpec = {
     "descriptor_frames": (16, "first n frames whose descriptor is routed"),
     "device": ("auto", "auto | cpu | cuda | cuda:N"),
     "threads": (1, "torch CPU threads, set before the first forward (0 = torch's default)"),
-    "output_qos": ("sensor_data", "QoS of the outputs: sensor_data (best effort) | reliable"),
+    "output_qos": (
+        "sensor_data",
+        "QoS of the outputs: sensor_data (best effort) | reliable | lossless (keep all)",
+    ),
+    "input_qos": (
+        "sensor_data",
+        "QoS of image and camera_info: sensor_data (best effort) | reliable | lossless",
+    ),
+    "resize_input": (
+        False,
+        "run the model (and the routing descriptor) at the model card's input size, depth "
+        "resized back to the image's size; false: at the image's own size",
+    ),
     "publish_points": (False, "also publish depth_pred/points (PointCloud2, XYZ, camera frame)"),
     "status_period": (1.0, "seconds between /diagnostics messages"),
     "queue_size": (2, "frames waiting for inference (drop-oldest)"),
@@ -101,15 +129,30 @@ DEPTH_NODE: ParamSpec = {
     "reroute_cooldown": (10.0, "seconds after a re-route before the next one"),
 }
 
+DEPTH_SCORER: ParamSpec = {
+    "bag": ("", "the sequence's bag: its /depth is the ground truth"),
+    "out": ("", "JSON file the scores are written to (and <out>.npz, a picture's arrays)"),
+    "expect": (0, "depth images to wait for (0 = one per frame of the bag)"),
+    "timeout": (300.0, "seconds to wait for them before writing what arrived"),
+    "eval_height": (0, "also score at eval_height x eval_width, as the benchmark does (0 = no)"),
+    "eval_width": (0, "see eval_height"),
+    "input_qos": (
+        "lossless",
+        "QoS of image and depth_pred/image: sensor_data | reliable | lossless",
+    ),
+}
+
 NODE_PARAMETERS: Mapping[str, ParamSpec] = {
     "bag_player": BAG_PLAYER,
     "robot_node": ROBOT_NODE,
     "depth_node": DEPTH_NODE,
+    "depth_scorer": DEPTH_SCORER,
 }
 NODE_CONFIG = {
     "bag_player": "bag_player.yaml",
     "robot_node": "robot.yaml",
     "depth_node": "depth.yaml",
+    "depth_scorer": "depth_scorer.yaml",
 }
 
 

@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.parameter import Parameter
-from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
 
@@ -45,7 +44,7 @@ from fedepth_ros.learner import (
     model_from_weights,
     set_threads,
 )
-from fedepth_ros.node_common import NodeConfigError, WorkerNode, connect, run_node
+from fedepth_ros.node_common import NodeConfigError, WorkerNode, connect, run_node, stream_qos
 from fedepth_ros.params import ROBOT_NODE, declare_parameters
 from fedepth_ros.sync import FrameBuffer, Pair, PairSync
 
@@ -68,6 +67,9 @@ class RobotNode(WorkerNode):
         for name in ("buffer_size", "frame_stride", "descriptor_frames", "local_steps"):
             if int(params[name]) < 1:
                 raise NodeConfigError(f"{name} must be >= 1, got {params[name]}")
+        if int(params["join_frames"]) < 0:
+            raise NodeConfigError(f"join_frames must be >= 0, got {params['join_frames']}")
+        input_qos = stream_qos(str(params["input_qos"]), "input_qos")
         if int(params["batch_size"]) < 1 or not float(params["status_period"]) > 0:
             raise NodeConfigError("batch_size must be >= 1 and status_period > 0")
         if ":" not in str(params["coordinator"]):
@@ -101,6 +103,7 @@ class RobotNode(WorkerNode):
                     descriptor_frames=int(params["descriptor_frames"]),
                     image_size=size,
                     device=str(params["device"]),
+                    seed=int(params["descriptor_seed"]),
                 ),
                 warn=self.get_logger().warning,
             )
@@ -113,17 +116,18 @@ class RobotNode(WorkerNode):
         self._started = time.monotonic()
         self._lock = threading.Lock()
         self._no_camera_info = 0
+        #: pairs that arrived before the first camera_info (another topic, another writer:
+        #: no order across topics), kept until it comes, at most sync_queue_size of them
+        self._before_info: list[Pair[np.ndarray, np.ndarray]] = []
         self._bad_messages = 0
         self.error: str | None = None
         self.finished = False
         self.stop = threading.Event()
         self._client: CoordinatorClient | None = None
 
-        self.create_subscription(Image, "image", self._on_image, qos_profile_sensor_data)
-        self.create_subscription(Image, "depth", self._on_depth, qos_profile_sensor_data)
-        self.create_subscription(
-            CameraInfo, "camera_info", self._on_camera_info, qos_profile_sensor_data
-        )
+        self.create_subscription(Image, "image", self._on_image, input_qos)
+        self.create_subscription(Image, "depth", self._on_depth, input_qos)
+        self.create_subscription(CameraInfo, "camera_info", self._on_camera_info, input_qos)
         self.status_pub = self.create_publisher(String, STATUS_TOPIC, 10)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_timer(float(params["status_period"]), self.publish_status)
@@ -140,6 +144,10 @@ class RobotNode(WorkerNode):
             self._k = rosmsg.k_from_camera_info(msg)
         except rosmsg.ConversionError as exc:
             self._warn_bad("camera_info", exc)
+            return
+        if self._before_info:
+            waiting, self._before_info = self._before_info, []
+            self._take(waiting)
 
     def _on_image(self, msg: Image) -> None:
         try:
@@ -181,8 +189,11 @@ class RobotNode(WorkerNode):
         for pair in pairs:
             k = self._k
             if k is None:
-                with self._lock:
-                    self._no_camera_info += 1
+                self._before_info.append(pair)
+                if len(self._before_info) > self.sync.queue_size:
+                    del self._before_info[0]
+                    with self._lock:
+                        self._no_camera_info += 1
                 continue
             try:
                 frame = Frame(pair.image, pair.depth, k, pair.image_stamp_ns)
@@ -197,7 +208,7 @@ class RobotNode(WorkerNode):
 
     def _work(self) -> None:
         log = self.get_logger()
-        need = self.learner.config.descriptor_frames
+        need = int(self.params["join_frames"]) or self.learner.config.descriptor_frames
         try:
             while not self.buffer.wait_for(need, timeout=0.5):
                 if self.stop.is_set():

@@ -159,6 +159,11 @@ def bag_info(path: str | Path) -> BagInfo:
     )
 
 
+def custom_data(reader: Any) -> dict[str, Any]:
+    """The ``custom_data`` of an open bag's metadata.yaml (fedepth.sequence, ...)."""
+    return _custom_data(reader)
+
+
 def _custom_data(reader: Any) -> dict[str, Any]:
     """The ``custom_data`` of a bag's metadata.yaml. rosbags keeps it on the storage reader's
     metadata (``reader.storage.metadata.custom``; a single .mcap / .db3 file has none), not

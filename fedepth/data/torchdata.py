@@ -20,15 +20,24 @@ def resize_frame(frame: Frame, size: tuple[int, int]) -> tuple[torch.Tensor, tor
     so no depth value is invented between a surface and the background or an invalid pixel.
     """
     h, w = size
-    rgb = torch.from_numpy(np.ascontiguousarray(frame.rgb)).permute(2, 0, 1).float().div_(255.0)
+    rgb = resize_rgb(frame.rgb, size)
     depth = torch.from_numpy(np.ascontiguousarray(frame.depth))[None]
+    if tuple(depth.shape[1:]) != (h, w):
+        depth = F.interpolate(depth[None], size=(h, w), mode="nearest")[0]
+    return rgb, depth.contiguous()
+
+
+def resize_rgb(image: np.ndarray, size: tuple[int, int]) -> torch.Tensor:
+    """(H, W, 3) uint8 RGB -> (3, h, w) float32 in [0, 1] at ``size`` = (h, w): bilinear, with
+    anti-aliasing when shrinking (the RGB half of :func:`resize_frame`)."""
+    h, w = size
+    rgb = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float().div_(255.0)
     if tuple(rgb.shape[1:]) != (h, w):
         shrink = h < rgb.shape[1] or w < rgb.shape[2]
         rgb = F.interpolate(
             rgb[None], size=(h, w), mode="bilinear", align_corners=False, antialias=shrink
         )[0].clamp_(0.0, 1.0)
-        depth = F.interpolate(depth[None], size=(h, w), mode="nearest")[0]
-    return rgb.contiguous(), depth.contiguous()
+    return rgb.contiguous()
 
 
 class Frames(Protocol):
