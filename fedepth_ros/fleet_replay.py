@@ -399,11 +399,9 @@ class Scheduler:
         """(robots to start, robots to stop) now."""
         waiting = [r for r in self.order if r in work and r not in running and r not in excluded]
         idle = [r for r in running if r not in work]
-        free = self.max_robots - len(running)
-        start = waiting[: max(0, free)]
-        rest = waiting[len(start) :]
-        stop = idle[: len(rest)]
-        return start, stop
+        free = max(0, self.max_robots - len(running))
+        stop = idle[: max(0, len(waiting) - free)]
+        return waiting[: free + len(stop)], stop
 
 
 def robots_with_work(status: FleetStatus) -> set[str]:

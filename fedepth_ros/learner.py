@@ -21,7 +21,7 @@ import torch
 from fedepth.client import train_round
 from fedepth.clustering import subspace_basis
 from fedepth.data.sequence import Frame
-from fedepth.data.torchdata import resize_frame, resize_rgb
+from fedepth.data.torchdata import descriptor_rgb, resize_rgb
 from fedepth.descriptor import Descriptor, DescriptorExtractor, gem_descriptor, image_to_tensor
 from fedepth.models import DepthModel, ModelCard, card_of, load_model, read_card, set_state
 from fedepth.models.state import State
@@ -218,7 +218,8 @@ class BufferLearner:
         size = self.config.image_size
 
         def to_tensor(frame: Frame) -> torch.Tensor:
-            return resize_frame(frame, size)[0] if size else image_to_tensor(frame.rgb)
+            # as the benchmark describes its clients (fedepth.sim.prepare_fleet)
+            return descriptor_rgb(frame.rgb, size) if size else image_to_tensor(frame.rgb)
 
         model = self._model().to(self.device)
         extractor = DescriptorExtractor(
@@ -301,6 +302,13 @@ class DepthPredictor:
             return image_to_tensor(rgb)
         return resize_rgb(rgb, self.size)
 
+    def descriptor_tensor(self, rgb: np.ndarray) -> torch.Tensor:
+        """(3, h, w) encoder input of a frame for descriptors (routing, drift): at the card's
+        size when resizing, resized as the benchmark describes frames."""
+        if self.size is None:
+            return image_to_tensor(rgb)
+        return descriptor_rgb(rgb, self.size)
+
     def predict(self, rgb: np.ndarray) -> np.ndarray:
         x = self.to_tensor(rgb)[None].to(self.device)
         with torch.inference_mode():
@@ -317,7 +325,7 @@ class DepthPredictor:
     def gem(self, rgb: np.ndarray) -> np.ndarray:
         """The GeM vector (C,) of one RGB frame under this model's encoder (drift watching)."""
         extractor = DescriptorExtractor(self.model.forward_features, device=self.device)
-        return extractor.pooled(self.to_tensor(rgb)[None]).numpy()[0].astype(np.float64)
+        return extractor.pooled(self.descriptor_tensor(rgb)[None]).numpy()[0].astype(np.float64)
 
     def features(
         self, frames: Sequence[np.ndarray], num_frames: int, seed: int
@@ -327,4 +335,4 @@ class DepthPredictor:
         extractor = DescriptorExtractor(
             self.model.forward_features, num_frames=num_frames, seed=seed, device=self.device
         )
-        return describe(extractor.per_frame(frames, to_tensor=self.to_tensor))
+        return describe(extractor.per_frame(frames, to_tensor=self.descriptor_tensor))

@@ -40,6 +40,17 @@ def resize_rgb(image: np.ndarray, size: tuple[int, int]) -> torch.Tensor:
     return rgb.contiguous()
 
 
+def descriptor_rgb(image: np.ndarray, size: tuple[int, int]) -> torch.Tensor:
+    """(H, W, 3) uint8 RGB -> (3, h, w) float32 at ``size``, as descriptors are computed:
+    bilinear with anti-aliasing whatever the direction, not clamped (what
+    :func:`fedepth.sim.prepare_fleet` feeds the frozen encoder; a robot and depth_node
+    describe their frames with this too, so that the same frames give the same descriptor)."""
+    rgb = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1).float().div_(255.0)
+    return F.interpolate(
+        rgb[None], size=size, mode="bilinear", align_corners=False, antialias=True
+    )[0]
+
+
 class Frames(Protocol):
     """Indexable frames: a :class:`~fedepth.data.sequence.Sequence`, or a list of Frames."""
 

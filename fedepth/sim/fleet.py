@@ -17,6 +17,7 @@ from tqdm import tqdm
 from fedepth import clustering
 from fedepth.data.scenario import Client, Scenario
 from fedepth.data.sequence import Sequence as RGBDSequence
+from fedepth.data.torchdata import descriptor_rgb
 from fedepth.descriptor import Descriptor, DescriptorExtractor
 from fedepth.models import DepthModel
 from fedepth.sim.config import SimConfig
@@ -70,10 +71,7 @@ def prepare_fleet(
     size = config.image_size
 
     def to_tensor(img: Any) -> torch.Tensor:
-        rgb = torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1).float().div_(255.0)
-        return torch.nn.functional.interpolate(
-            rgb[None], size=size, mode="bilinear", align_corners=False, antialias=True
-        )[0]
+        return descriptor_rgb(img, size)
 
     extractor = DescriptorExtractor(
         encoder_model.forward_features, num_frames=config.descriptor_frames, seed=config.seed
