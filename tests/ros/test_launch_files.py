@@ -111,8 +111,13 @@ class LaunchModel:
 MODELS = {p.name: LaunchModel.parse(p) for p in LAUNCH_FILES}
 
 
-def test_the_three_launch_files_exist() -> None:
-    assert set(MODELS) == {"robot.launch.py", "coordinator.launch.py", "replay.launch.py"}
+def test_the_launch_files_exist() -> None:
+    assert set(MODELS) == {
+        "robot.launch.py",
+        "coordinator.launch.py",
+        "replay.launch.py",
+        "fleet_replay.launch.py",
+    }
     for model in MODELS.values():
         assert model.has_generate, f"{model.path.name}: no generate_launch_description()"
 
