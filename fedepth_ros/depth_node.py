@@ -72,6 +72,8 @@ class DepthNode(WorkerNode):
         self.params = params
         self.coordinator = str(params["coordinator"])
         self.weights = str(params["weights"])
+        #: answer frames with the local weights while routing is pending (else they wait)
+        self.answer_early = bool(self.weights) and bool(params["answer_before_routed"])
         self.descriptor_frames = int(params["descriptor_frames"])
         if self.descriptor_frames < 1 or int(params["queue_size"]) < 1:
             raise NodeConfigError("descriptor_frames and queue_size must be >= 1")
@@ -274,7 +276,7 @@ class DepthNode(WorkerNode):
                     if self.monitor is not None:
                         self._watch(self.monitor, rgb)
                     continue
-                if self.weights:
+                if self.answer_early:
                     self._infer(msg, rgb)  # the weights it has, while it waits for routing
                 # kept until routing ends (bounded like the input queue): they get depth from
                 # the routed model and feed its drift monitor
@@ -304,7 +306,7 @@ class DepthNode(WorkerNode):
         if self.reroute:
             self.monitor = self._make_monitor()
         for m, r in pending:
-            if not self.weights:  # the waiting frames get depth from the routed model
+            if not self.answer_early:  # the waiting frames get depth from the routed model
                 self._infer(m, r)
             if self.monitor is not None:
                 self._watch(self.monitor, r)

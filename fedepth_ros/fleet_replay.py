@@ -833,6 +833,10 @@ class FleetReplay:
             "input_qos": qos,
             "resize_input": True,
             "queue_size": e.frames + 1,
+            # the routing descriptor from the served initial weights' encoder, as the
+            # benchmark describes its test sequences; every frame waits for the routed model
+            "weights": str(self.initial_path),
+            "answer_before_routed": False,
         }
         scorer = Child(
             e.name,

@@ -112,6 +112,11 @@ DEPTH_NODE: ParamSpec = {
         "sensor_data",
         "QoS of image and camera_info: sensor_data (best effort) | reliable | lossless",
     ),
+    "answer_before_routed": (
+        True,
+        "with weights: answer frames with them while routing is pending (false: those frames "
+        "wait and get the routed model's depth; the weights still give the routing descriptor)",
+    ),
     "resize_input": (
         False,
         "run the model (and the routing descriptor) at the model card's input size, depth "

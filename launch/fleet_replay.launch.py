@@ -36,6 +36,7 @@ def _fleet(context):
     rate = float(LaunchConfiguration("rate").perform(context))
     height = int(LaunchConfiguration("train_height").perform(context))
     width = int(LaunchConfiguration("train_width").perform(context))
+    weights = LaunchConfiguration("weights").perform(context)
     frames_for_descriptor = int(LaunchConfiguration("descriptor_frames").perform(context))
     phase = LaunchConfiguration("phase").perform(context)
     groups = []
@@ -83,6 +84,7 @@ def _fleet(context):
                         "sync_queue_size": frames + 10,
                         "input_qos": "lossless",
                         "join_frames": frames,
+                        "weights": weights,
                     },
                 ],
             )
@@ -109,6 +111,8 @@ def _fleet(context):
                         "input_qos": "lossless",
                         "resize_input": True,
                         "queue_size": frames + 1,
+                        "weights": weights,
+                        "answer_before_routed": False,
                     },
                 ],
             )
@@ -175,6 +179,11 @@ def generate_launch_description() -> LaunchDescription:
         ),
         DeclareLaunchArgument(
             "scores_dir", default_value="scores", description="where the scorers write JSON"
+        ),
+        DeclareLaunchArgument(
+            "weights",
+            description="the served initial weights (a card-carrying safetensors): the "
+            "robots' and depth nodes' descriptor encoder",
         ),
         DeclareLaunchArgument("rate", default_value="20.0", description="playback rate factor"),
         DeclareLaunchArgument(

@@ -222,7 +222,11 @@ def test_robot_node_buffers_pairs_and_reports_status_and_diagnostics(
         ("depth_node", {"weights": "/nonexistent.safetensors"}, "/nonexistent.safetensors"),
         # what `-p coordinator:=""` becomes once a shell has eaten the quotes
         ("depth_node", {"coordinator": ""}, "the shell removed the quotes"),
-        ("depth_node", {"output_qos": "fast"}, "output_qos must be one of sensor_data, reliable, lossless"),
+        (
+            "depth_node",
+            {"output_qos": "fast"},
+            "output_qos must be one of sensor_data, reliable, lossless",
+        ),
     ],
 )
 def test_nodes_reject_unusable_parameters_in_one_line(
