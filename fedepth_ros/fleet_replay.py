@@ -612,6 +612,9 @@ class FleetReplay:
                     "input_qos": qos,
                     "join_frames": entry.frames if s.lossless else 0,
                     "descriptor_seed": c.seed,
+                    # the served initial weights: the descriptor's frozen encoder is the
+                    # benchmark's (a model built from the card alone is untrained)
+                    "weights": str(self.initial_path),
                 }
             )
         )
