@@ -57,7 +57,7 @@ def cmd_fleet_status(args: argparse.Namespace) -> int:
 def cmd_fleet_replay(args: argparse.Namespace) -> int:
     """Benchmark a fleet through the real ROS nodes (ROS and gRPC are imported only here)."""
     from fedepth_cli.bench import _methods, _size
-    from fedepth_ros.fleet_replay import FleetReplay, ReplayError, ReplaySpec
+    from fedepth_ros.replay import FleetReplay, ReplayError, ReplaySpec
 
     if (args.scenario_dir is None) == (args.bags is None):
         raise CliError("give --scenario-dir DIR (bags are written from it) or --bags DIR")

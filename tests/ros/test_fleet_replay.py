@@ -16,7 +16,7 @@ from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 
 from fedepth.data.bag_writer import synthetic_frames, write_rgbd_bag
-from fedepth_ros.fleet_replay import Scheduler, check_bag
+from fedepth_ros.replay import Scheduler, check_bag
 
 ROOT = Path(__file__).resolve().parents[2]
 
