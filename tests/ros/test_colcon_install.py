@@ -86,7 +86,13 @@ def test_every_launch_executable_is_installed_in_lib_package(prefix: Path) -> No
             *_, lib, pkg, exe = [model.value(e) for e in parts.elts]
             assert (lib, pkg) == ("lib", package), f"{name}: {lib}/{pkg}"
             used.add(str(exe))
-    assert used == {"robot_node", "depth_node", "bag_player", "fedepth-coordinator"}
+    assert used == {
+        "robot_node",
+        "depth_node",
+        "bag_player",
+        "depth_scorer",
+        "fedepth-coordinator",
+    }
     for exe in used | set(_console_scripts()):
         path = prefix / "lib" / package / exe
         assert path.is_file() and os.access(path, os.X_OK), f"{path} missing or not executable"
