@@ -22,6 +22,8 @@ import yaml
 from fedepth.depth_range import FLEET
 from fedepth.recipe import TrainRecipe, round_lr
 from fedepth.strategies.aggregate import AGGREGATIONS
+from fedepth.updates import UpdateBounds
+from fedepth_coordinator.tensors import BOUND_SETTINGS
 
 
 class ConfigError(ValueError):
@@ -218,6 +220,15 @@ class ValidationConfig:
     robust_aggregation: str = "mean"
     #: Fraction of a cluster's updates trimmed at each end by "trimmed_mean" ([0, 0.5)).
     trim_fraction: float = 0.2
+
+    def update_bounds(self) -> UpdateBounds:
+        """The norm bounds of max_update_norm and max_group_norms (fedepth.updates owns the
+        rule; the in-process simulation takes the same settings)."""
+        return UpdateBounds(
+            self.max_update_norm,
+            dict(self.max_group_norms),
+            settings=BOUND_SETTINGS,
+        )
 
 
 @dataclass(frozen=True)
