@@ -10,7 +10,6 @@ ready`, :meth:`~CoordinatorState.require_strategy`, ...) expect the caller to ho
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import Counter
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedepth.rounds import quorum_of
 from fedepth.strategies import ClientInfo, ClusteredStrategy, Strategy
 from fedepth_coordinator.config import CoordinatorConfig
 from fedepth_coordinator.domain import Phase
@@ -162,7 +162,9 @@ class CoordinatorState:
         return self.strategy
 
     def quorum(self, selected: int) -> int:
-        return max(1, math.ceil(self.config.rounds.quorum * selected - 1e-9))
+        """The reports that close a round of ``selected`` robots at its deadline (the round
+        driver's rule)."""
+        return quorum_of(self.config.rounds.quorum, selected)
 
     def clusters_of(self, robot_id: str) -> tuple[int, ...]:
         s = self.strategy
