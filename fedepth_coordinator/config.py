@@ -103,6 +103,11 @@ class RoundsConfig:
     deadline_s: float = 600.0
     #: Seed of the per-round selection.
     seed: int = 0
+    #: Rounds after whose close the next round is held: robots wait (GetRoundPlan) until an
+    #: operator calls ReleaseRound, say once the closed round's models were evaluated; its
+    #: deadline counts from the release. A hold is not durable: a restarted coordinator opens
+    #: the round. Default: none.
+    hold_after: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -294,6 +299,11 @@ def _check(c: CoordinatorConfig) -> None:
     need(0 < r.quorum <= 1, "rounds.quorum", f"must lie in (0, 1], got {r.quorum}")
     need(r.deadline_s > 0, "rounds.deadline_s", f"must be > 0, got {r.deadline_s}")
     need(
+        all(0 <= h < r.num_rounds - 1 for h in r.hold_after),
+        "rounds.hold_after",
+        f"must list rounds in [0, rounds.num_rounds - 1), got {list(r.hold_after)}",
+    )
+    need(
         (c.tls.cert_file is None) == (c.tls.key_file is None),
         "tls",
         "cert_file and key_file must be set together",
@@ -378,6 +388,11 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
         return _build(tp, value, key)
+    if origin is tuple and typing.get_args(tp)[1:] == (Ellipsis,):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        inner = typing.get_args(tp)[0]
+        return tuple(_convert(inner, v, f"{key}[{i}]") for i, v in enumerate(value))
     if origin is tuple:
         args = typing.get_args(tp)
         if not isinstance(value, list | tuple) or len(value) != len(args):
@@ -471,6 +486,7 @@ def load_config(
 def to_dict(config: CoordinatorConfig) -> dict[str, Any]:
     out: dict[str, Any] = dataclasses.asdict(config)
     out["training"]["image_size"] = list(config.training.image_size)
+    out["rounds"]["hold_after"] = list(config.rounds.hold_after)
     return out
 
 

@@ -106,6 +106,8 @@ class CoordinatorState:
     finished: bool = False
     #: the robots a fleet is being formed with (None: no formation in progress)
     forming: set[str] | None = None
+    #: True while the open round waits for an operator's ReleaseRound (rounds.hold_after)
+    held: bool = False
     history: list[RoundRecord] = field(default_factory=list)
 
     @property

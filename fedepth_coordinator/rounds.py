@@ -26,7 +26,13 @@ from fedepth.updates import UpdateBounds
 from fedepth_coordinator.blobs import BlobReader
 from fedepth_coordinator.checkpoints import Checkpoints
 from fedepth_coordinator.coordstate import CoordinatorState, OpenRound, check_caller, log
-from fedepth_coordinator.domain import ModelHeader, ModelStream, PlanAction, RoundPlan
+from fedepth_coordinator.domain import (
+    ModelHeader,
+    ModelStream,
+    PlanAction,
+    RoundPlan,
+    RoundRelease,
+)
 from fedepth_coordinator.errors import FailedPreconditionError, InvalidArgumentError
 from fedepth_coordinator.state.base import CorruptBlobError, RoundRecord
 from fedepth_coordinator.tensors import STATE, Layout
@@ -94,6 +100,10 @@ class RoundController:
             raise FailedPreconditionError(
                 f"round {rnd} is {state}; the open round is {r.round}: ask for the round plan"
             )
+        if s.held:
+            raise FailedPreconditionError(
+                f"round {rnd} is held until an operator releases it: ask for the round plan"
+            )
         if robot_id not in r.selected:
             raise FailedPreconditionError(
                 f"robot {robot_id!r} is not selected for round {r.round}"
@@ -118,6 +128,8 @@ class RoundController:
         if s.finished or s.open_round is None:
             return RoundPlan(PlanAction.FINISHED, s.phase, s.rounds_done, num_rounds)
         r = s.open_round.record
+        if s.held:
+            return wait(f"round {r.round} is held until an operator releases it", r.round)
         if robot_id not in s.member_set:
             return wait(f"robot {robot_id} is not a member yet: upload its descriptor", r.round)
         if robot_id not in r.selected:
@@ -199,7 +211,7 @@ class RoundController:
         """Close the open round if it is complete, or has a quorum at its deadline."""
         s = self._state
         r = s.open_round
-        if r is None:
+        if r is None or s.held:
             return
         reason = self.driver().close_reason(
             len(r.reported), len(r.record.selected), s.clock(), r.record.deadline
@@ -266,6 +278,7 @@ class RoundController:
         s.history.append(closed)
         s.open_round = None if next_round is None else OpenRound(next_round)
         s.finished = next_round is None
+        s.held = next_round is not None and rnd in s.config.rounds.hold_after
         for rec in r.reported.values():
             s.store.delete_blob(rec.blob)
         if old is not None:
@@ -281,6 +294,33 @@ class RoundController:
             s.quorum(len(r.record.selected)),
             s.clock() - r.record.opened_at,
             time.monotonic() - t0,
-            f"round {next_round.round} opened" if next_round else "run finished",
+            f"round {next_round.round} {'held' if s.held else 'opened'}"
+            if next_round
+            else "run finished",
         )
         s.cond.notify_all()
+
+    # -- holds -------------------------------------------------------------------------------
+    def release(self, rnd: int) -> RoundRelease:
+        """Open round ``rnd``, held after its predecessor closed (rounds.hold_after); its
+        deadline counts from now. A repeated call for a round already open (or closed) is a
+        no-op; a round not reached yet is FAILED_PRECONDITION."""
+        s = self._state
+        with s.cond:
+            s.require_strategy()
+            r = s.open_round
+            current = s.rounds_done if r is None else r.record.round
+            if rnd > current or (rnd == current and r is None):
+                raise FailedPreconditionError(
+                    f"round {rnd} is not held: the run is at round {current} "
+                    f"({s.rounds_done} done); release a round once its predecessor closed"
+                )
+            if rnd < current or not s.held:
+                return RoundRelease(rnd, False)
+            assert r is not None
+            now = s.clock()
+            r.record = replace(r.record, opened_at=now, deadline=now + s.config.rounds.deadline_s)
+            s.held = False
+            log.info("round %d released by an operator", rnd)
+            s.cond.notify_all()
+            return RoundRelease(rnd, True)
