@@ -79,7 +79,7 @@ from fedepth_coordinator.benchrobot import main, robot_main
 from fedepth_coordinator.client import CoordinatorClient, open_channel
 from fedepth_coordinator.config import CoordinatorConfig, config_from_dict
 from fedepth_coordinator.domain import Phase
-from fedepth_coordinator.simulate import CoordinatorProcess
+from fedepth_coordinator.simulate import CoordinatorProcess, CoordinatorStart
 
 __all__ = [
     "OPERATOR",
@@ -119,30 +119,9 @@ def _launch_key(method: str, params: Mapping[str, Any]) -> str:
     return json.dumps([method, dict(params)], sort_keys=True, default=str)
 
 
-class _CoordinatorStart:
-    """A coordinator process being started in the background (a thread waits for its port)."""
-
-    def __init__(self, key: str, coordinator: CoordinatorProcess, sdir: Path) -> None:
-        self.key, self.coordinator, self.sdir = key, coordinator, sdir
-        self._port = 0
-        self._seconds = 0.0
-        self._error: BaseException | None = None
-        self.thread = threading.Thread(target=self._start, name="coordinator-start", daemon=True)
-
-    def _start(self) -> None:
-        t0 = time.perf_counter()
-        try:
-            self._port = self.coordinator.start()
-        except BaseException as exc:
-            self._error = exc
-        self._seconds = time.perf_counter() - t0
-
-    def result(self) -> tuple[int, float]:
-        """(port, seconds the start-up took), once it has started; raises what start raised."""
-        self.thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._port, self._seconds
+#: Seconds a finished coordinator gets to exit after SIGTERM before it is killed (and the run
+#: reported as failed): its interpreter's shutdown took over 20 s on a loaded 2-core machine.
+STOP_TIMEOUT_S = 120.0
 
 
 class GrpcBench:
@@ -180,7 +159,7 @@ class GrpcBench:
         self._tokens: dict[str, str] = {}
         self._sessions = 0
         self._launches = 0
-        self._next: _CoordinatorStart | None = None
+        self._next: CoordinatorStart | None = None
         self._ready = False
         self._broken = False
 
@@ -353,7 +332,7 @@ class GrpcBench:
             )
         return out
 
-    def _launch(self, method: str, params: dict[str, Any]) -> _CoordinatorStart:
+    def _launch(self, method: str, params: dict[str, Any]) -> CoordinatorStart:
         """Start a coordinator for ``method`` in the background (a thread waits for its port)."""
         sdir = self.workdir / f"{self._launches:03d}-{method}"
         self._launches += 1
@@ -364,11 +343,11 @@ class GrpcBench:
             self._coordinator_config(method, params, sdir / "state"),
             log_path=sdir / "coordinator.log",
         )
-        launch = _CoordinatorStart(_launch_key(method, params), coordinator, sdir)
+        launch = CoordinatorStart(_launch_key(method, params), coordinator, sdir)
         launch.thread.start()
         return launch
 
-    def _discard(self, launch: _CoordinatorStart | None) -> None:
+    def _discard(self, launch: CoordinatorStart | None) -> None:
         if launch is not None:
             launch.thread.join()
             if launch.coordinator.proc is not None:
@@ -426,7 +405,9 @@ class GrpcBench:
             raise
         finally:
             bar.close()
-            status = coordinator.stop() if coordinator.proc is not None else -1
+            status = (
+                coordinator.stop(timeout_s=STOP_TIMEOUT_S) if coordinator.proc is not None else -1
+            )
         if status != 0:
             raise BenchRunError(
                 f"the coordinator of {method} exited with status {status}; see "

@@ -324,11 +324,10 @@ def _check(c: CoordinatorConfig) -> None:
         f"must be 'refuse' or 'quarantine', got {c.state.unaccounted_blobs!r}",
     )
     v = c.validation
-    need(
-        v.max_update_norm is None or v.max_update_norm > 0,
-        "validation.max_update_norm",
-        "must be > 0 or null",
-    )
+    try:  # the norm bounds' rule is fedepth.updates.UpdateBounds'
+        v.update_bounds()
+    except ValueError as exc:
+        raise ConfigError(f"validation.{exc}") from None
     need(v.max_extra_groups >= 0, "validation.max_extra_groups", "must be >= 0")
     need(v.max_basis_columns >= 1, "validation.max_basis_columns", "must be >= 1")
     need(
@@ -337,12 +336,6 @@ def _check(c: CoordinatorConfig) -> None:
         "must be null or in [1, validation.max_descriptor_dim]",
     )
     need(v.descriptor_bound > 1, "validation.descriptor_bound", "must be > 1")
-    for gname, bound in v.max_group_norms.items():
-        need(
-            isinstance(bound, int | float) and bound > 0,
-            f"validation.max_group_norms.{gname}",
-            f"must be a number > 0, got {bound!r}",
-        )
     need(
         v.sample_weights in SAMPLE_WEIGHTS,
         "validation.sample_weights",

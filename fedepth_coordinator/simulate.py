@@ -256,6 +256,33 @@ class CoordinatorProcess:
         return int(self.proc.returncode)
 
 
+class CoordinatorStart:
+    """A :class:`CoordinatorProcess` being started in the background (a thread waits for its
+    port), so that a caller can do other work meanwhile; ``key`` names what it was started for."""
+
+    def __init__(self, key: str, coordinator: CoordinatorProcess, sdir: Path) -> None:
+        self.key, self.coordinator, self.sdir = key, coordinator, sdir
+        self._port = 0
+        self._seconds = 0.0
+        self._error: BaseException | None = None
+        self.thread = threading.Thread(target=self._start, name="coordinator-start", daemon=True)
+
+    def _start(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._port = self.coordinator.start()
+        except BaseException as exc:
+            self._error = exc
+        self._seconds = time.perf_counter() - t0
+
+    def result(self) -> tuple[int, float]:
+        """(port, seconds the start-up took), once it has started; raises what start raised."""
+        self.thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._port, self._seconds
+
+
 @dataclass(frozen=True)
 class LoadResult:
     """What a load run measured (coordinator in a child process, robots as threads)."""
