@@ -2,17 +2,23 @@
 Gaussian (channel-wise mean and variance) over n sampled frames.
 
 The descriptor is all a robot ever sends about its data: D means and D variances.
+:func:`check_descriptor` (one descriptor) and :func:`check_descriptors` (N of them, as arrays)
+are the one rule of a descriptor's validity. torch is imported where features are pooled, not
+with the module: the checks and the moments serve torch-free callers (``fedepth cluster``,
+:mod:`fedepth.jeffreys`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 #: Default variance floor. A channel that does not vary over the sampled frames (a single frame,
 #: or a ReLU channel that never fires, whose GeM value is the clamp eps on every frame) has zero
@@ -35,6 +41,20 @@ def gem(x: torch.Tensor, p: float = 3.0, eps: float = 1e-6) -> torch.Tensor:
     return z.pow(p).mean(dim=(-2, -1)).pow(1.0 / p)
 
 
+def _check_values(m: np.ndarray, v: np.ndarray, what: str) -> None:
+    """The rule on a descriptor's values, for one or many: finite means and variances, every
+    variance > 0 (``what`` names them in the message)."""
+    for name, arr in (("means", m), ("variances", v)):
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{what} {name} contain NaN or Inf")
+    bad = int((v <= 0).sum())
+    if bad:
+        raise ValueError(
+            f"{what} variances must be > 0: {bad} are zero or negative (apply the descriptor's "
+            "variance floor)"
+        )
+
+
 def check_descriptor(
     mean: npt.ArrayLike, var: npt.ArrayLike, num_frames: int | None = None
 ) -> None:
@@ -42,7 +62,8 @@ def check_descriptor(
     one length, finite, variances > 0 (and, when given, ``num_frames`` > 0).
 
     The one check of a descriptor's validity: :class:`Descriptor` runs it on construction, the
-    coordinator's serde and fleet registry map its error to INVALID_ARGUMENT.
+    coordinator's serde and fleet registry map its error to INVALID_ARGUMENT;
+    :func:`check_descriptors` applies the same rule to N descriptors held as arrays.
     """
     m, v = np.asarray(mean), np.asarray(var)
     if m.ndim == 1 and v.ndim == 1 and m.size != v.size:
@@ -54,12 +75,33 @@ def check_descriptor(
         raise ValueError(
             f"descriptor mean {m.shape} and variance {v.shape}: both must be 1-D with equal shape"
         )
-    if not (np.isfinite(m).all() and np.isfinite(v).all()):
-        raise ValueError("descriptor contains NaN or Inf")
-    if (v <= 0).any():
-        raise ValueError("descriptor variances must be > 0")
+    _check_values(m, v, "descriptor")
     if num_frames is not None and num_frames <= 0:
         raise ValueError(f"descriptor num_frames must be > 0, got {num_frames}")
+
+
+def check_descriptors(
+    means: npt.ArrayLike,
+    variances: npt.ArrayLike,
+    what: str = "descriptors",
+    *,
+    empty: bool = True,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """N descriptors held as (N, D) arrays of means and variances, checked by the rule of
+    :func:`check_descriptor` (and, with ``empty=False``, refused when N or D is 0); returns
+    them as float64. Raises a one-line ValueError that starts with ``what``."""
+    m = np.asarray(means, dtype=np.float64)
+    v = np.asarray(variances, dtype=np.float64)
+    if m.ndim != 2 or v.ndim != 2 or m.shape != v.shape:
+        problem = "differ in shape" if m.ndim == v.ndim == 2 else "are not both 2-D"
+        raise ValueError(
+            f"{what}: means {m.shape} and variances {v.shape} {problem}: they must both be "
+            "N x D with the same shape"
+        )
+    if not empty and 0 in m.shape:
+        raise ValueError(f"{what}: empty descriptors (shape {m.shape})")
+    _check_values(m, v, f"{what}:")
+    return m, v
 
 
 @dataclass(frozen=True)
@@ -152,7 +194,7 @@ def sample_indices(num_available: int, n: int, seed: int) -> np.ndarray:
     return np.sort(rng.choice(num_available, size=k, replace=False))
 
 
-FeatureFn = Callable[[torch.Tensor], torch.Tensor]
+FeatureFn = Callable[["torch.Tensor"], "torch.Tensor"]
 
 
 class Frames(Protocol):
@@ -194,10 +236,14 @@ class DescriptorExtractor:
         self.eps = eps
         self.var_floor = var_floor
         self.seed = seed
+        import torch
+
         self.device = torch.device(device)
 
     def pooled(self, images: torch.Tensor) -> torch.Tensor:
         """GeM vectors (B, C) of a (B, 3, H, W) batch."""
+        import torch
+
         module = getattr(self.encoder, "__self__", None)
         if isinstance(module, torch.nn.Module):
             module.eval()
@@ -209,6 +255,8 @@ class DescriptorExtractor:
         self, frames: Frames, to_tensor: Callable[[Any], torch.Tensor] | None
     ) -> Iterator[np.ndarray]:
         """GeM vectors of the sampled frames, one (b, C) array per batch."""
+        import torch
+
         convert = to_tensor or image_to_tensor
         idx = sample_indices(len(frames), self.num_frames, self.seed)
         for b0 in range(0, idx.size, self.batch_size):
@@ -257,6 +305,8 @@ class DescriptorExtractor:
 
 def image_to_tensor(image: Any) -> torch.Tensor:
     """(H, W, 3) uint8 RGB array -> (3, H, W) float32 tensor in [0, 1]."""
+    import torch
+
     arr = np.asarray(image)
     if arr.ndim != 3 or arr.shape[2] != 3:
         raise ValueError(f"expected an (H, W, 3) RGB image, got shape {arr.shape}")

@@ -10,27 +10,13 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from fedepth.descriptor import check_descriptors
+
 FloatArray = npt.NDArray[np.floating]
 
 #: Row-block size for the Jeffreys matrix (and for scans of it in :mod:`fedepth.clustering`);
 #: bounds the float64 scratch to block x N.
 ROW_BLOCK = 1024
-
-
-def _check_descriptors(means: npt.ArrayLike, variances: npt.ArrayLike, what: str) -> tuple:
-    m = np.asarray(means, dtype=np.float64)
-    v = np.asarray(variances, dtype=np.float64)
-    if m.ndim != 2 or v.ndim != 2:
-        raise ValueError(
-            f"{what}: means and variances must be 2-D (N x D), got {m.shape} and {v.shape}"
-        )
-    if m.shape != v.shape:
-        raise ValueError(f"{what}: means {m.shape} and variances {v.shape} differ in shape")
-    if not (np.isfinite(m).all() and np.isfinite(v).all()):
-        raise ValueError(f"{what}: descriptors contain NaN or Inf")
-    if (v <= 0).any():
-        raise ValueError(f"{what}: variances must be > 0 (apply the descriptor's variance floor)")
-    return m, v
 
 
 def jeffreys_cross(
@@ -48,8 +34,8 @@ def jeffreys_cross(
     Means are centred on the pooled mean and every dimension is scaled by its pooled standard
     deviation first; J is invariant to both, and they keep the expansion well conditioned.
     """
-    ma, va = _check_descriptors(m_a, v_a, "set a")
-    mb, vb = _check_descriptors(m_b, v_b, "set b")
+    ma, va = check_descriptors(m_a, v_a, "set a")
+    mb, vb = check_descriptors(m_b, v_b, "set b")
     if ma.shape[1] != mb.shape[1]:
         raise ValueError(f"descriptor dimensions differ: {ma.shape[1]} vs {mb.shape[1]}")
     centre, scale = _conditioning(np.concatenate([ma, mb]), np.concatenate([va, vb]))
@@ -72,7 +58,7 @@ def jeffreys_matrix(
     beside the output; pass ``dtype=np.float32`` to halve the output and the time (10,000
     clients: 400 MB instead of 800 MB).
     """
-    m, v = _check_descriptors(means, variances, "descriptors")
+    m, v = check_descriptors(means, variances, "descriptors")
     n, d = m.shape
     centre, scale = _conditioning(m, v)
     m = (m - centre) / scale

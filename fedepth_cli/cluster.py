@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from fedepth.descriptor import check_descriptors
 from fedepth_cli.errors import CliError
 
 
@@ -31,20 +32,10 @@ def _load_descriptors(path: Path) -> tuple[np.ndarray, np.ndarray, list[str] | N
         means = np.asarray(data["means"], dtype=np.float64)
         variances = np.asarray(data["variances"], dtype=np.float64)
         names = [str(x) for x in data["names"]] if "names" in data.files else None
-    if means.ndim != 2 or variances.ndim != 2 or means.shape != variances.shape:
-        raise CliError(
-            f"{path}: means {means.shape} and variances {variances.shape} must both "
-            "be N x D with the same shape"
-        )
-    if means.shape[0] == 0 or means.shape[1] == 0:
-        raise CliError(f"{path}: empty descriptors (shape {means.shape})")
-    if not np.isfinite(means).all():
-        raise CliError(f"{path}: means contain NaN or Inf")
-    if not np.isfinite(variances).all():
-        raise CliError(f"{path}: variances contain NaN or Inf")
-    if (variances <= 0).any():
-        n_bad = int((variances <= 0).sum())
-        raise CliError(f"{path}: {n_bad} variance(s) are zero or negative; variances must be > 0")
+    try:  # the descriptors' rule is fedepth.descriptor's
+        means, variances = check_descriptors(means, variances, str(path), empty=False)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     if names is not None and len(names) != means.shape[0]:
         raise CliError(f"{path}: {len(names)} names for {means.shape[0]} clients")
     return means, variances, names

@@ -36,8 +36,10 @@ AUTHORIZATION_KEY = "authorization"
 SERVICE_PREFIX = "/fedepth.v1.Coordinator/"
 ROLES = ("robot", "operator")
 
-#: Methods an operator principal may call; robots may call every method.
-OPERATOR_METHODS = frozenset({"Route", "GetClusterMap", "GetFleetStatus"})
+#: Methods an operator principal may call; robots may call every other method.
+OPERATOR_METHODS = frozenset({"Route", "GetClusterMap", "GetFleetStatus", "ReleaseRound"})
+#: Methods only operators may call (a robot may not open a held round).
+OPERATOR_ONLY_METHODS = frozenset({"ReleaseRound"})
 
 _DUMMY_HASH = hashlib.sha256(b"no such principal").hexdigest()
 
@@ -299,7 +301,12 @@ class AuthInterceptor(grpc.ServerInterceptor):
                 "(re-issue with `fedepth-coordinator --add-robot ID`)",
             )
         name = method[len(SERVICE_PREFIX) :]
-        if principal.role != "robot" and name not in OPERATOR_METHODS:
+        allowed = (
+            name in OPERATOR_METHODS
+            if principal.role != "robot"
+            else name not in OPERATOR_ONLY_METHODS
+        )
+        if not allowed:
             return _aborting(
                 handler,
                 grpc.StatusCode.PERMISSION_DENIED,

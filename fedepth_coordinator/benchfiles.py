@@ -4,9 +4,10 @@ The driver (:mod:`fedepth_coordinator.benchrun`) hands the fleet over in its wor
 which the robot processes (:mod:`fedepth_coordinator.benchrobot`) read: ``fleet.json`` (the data
 root, the ``SimConfig`` and each robot's labels, sample count and descriptor frames),
 ``fleet.npz`` (descriptors and summaries, float64), ``tokens.json``, ``initial.safetensors``
-(the served weights with their card); then ``sessions/<k>.json`` per method run,
-``gates/<k>-<round>`` once a round is evaluated, ``robots/<id>.ready`` and
-``results/<k>/<id>.json`` from the robots.
+(the served weights with their card); then ``sessions/<k>.json`` per method run (the
+coordinator to join), ``robots/<id>.ready`` and ``results/<k>/<id>.json`` from the robots.
+Nothing else passes between them: rounds are paced by the coordinator (the parent releases the
+rounds it holds for evaluation).
 """
 
 from __future__ import annotations

@@ -97,11 +97,12 @@ def method_run(
     for rnd in range(cfg.rounds):
         per = [reports[rid][rnd] for rid in ids]  # scenario order, as in-process
         wall = float(history[rnd].duration_s)
-        busy = max(p["gate_s"] + p["train_s"] for p in per)
+        busy = max(p["train_s"] for p in per)
         rec = RoundRecord(
             round=rnd,
             train_seconds=float(sum(p["train_s"] for p in per)),
-            # the round was open but no robot was training (or waiting on evaluation):
+            # the round was open but no robot was training (a round held for the parent's
+            # evaluation opens when released, so the evaluation is not in it):
             # transfers, checks, aggregation, long-poll wake-ups; from outside the
             # coordinator they cannot be told apart, so all of it counts as wire time
             aggregate_seconds=0.0,

@@ -56,10 +56,22 @@ class _TimedClient(CoordinatorClient):
 
 
 class _ParentWatchdog:
-    """Waits for a file the benchmark process writes; exits when that process is gone."""
+    """Waits for a file the benchmark process writes; exits when that process is gone, and
+    stops a run it takes part in then (:meth:`stop_when_gone`)."""
 
     def __init__(self) -> None:
         self.pid = os.getppid()
+
+    def stop_when_gone(self, stop: threading.Event) -> None:
+        """Set ``stop`` once the benchmark process is gone (a thread checks twice a second):
+        a round it holds for its evaluation would never be released."""
+
+        def check() -> None:
+            while not stop.wait(0.5):
+                if os.getppid() != self.pid:
+                    stop.set()
+
+        threading.Thread(target=check, name="parent-watchdog", daemon=True).start()
 
     def wait_for(self, path: Path, alternative: Path | None = None) -> Path:
         pause = threading.Event()
@@ -74,25 +86,19 @@ class _ParentWatchdog:
 
 @dataclass
 class _RobotSession:
-    """One robot's part in one method's run: training with :func:`run_job`, what it measured."""
+    """One robot's part in one method's run: training with :func:`run_job`, what it measured.
+    (While the parent evaluates a round, the coordinator holds the next one: the robot's loop
+    waits for its plan, as any robot's does.)"""
 
-    workdir: Path
-    index: int
-    gates: set[int]
     rid: str
     cid: str
     sequences: list[Any]
     config: SimConfig
     model: Any
-    watchdog: _ParentWatchdog
     memory: dict[str, State] = field(default_factory=dict)
     rounds: dict[int, dict[str, float]] = field(default_factory=dict)
 
     def train(self, rnd: int, task: TrainTask) -> ClientUpdate:
-        t0 = time.perf_counter()
-        if rnd - 1 in self.gates:  # the parent evaluates round rnd - 1 first
-            self.watchdog.wait_for(self.workdir / "gates" / f"{self.index:03d}-{rnd - 1}")
-        gate_s = time.perf_counter() - t0
         if task.recipe != self.config.recipe(rnd):  # the in-process run's, over the wire
             raise BenchRunError(
                 f"robot {self.rid}, round {rnd}: the coordinator sent the training recipe "
@@ -105,7 +111,6 @@ class _RobotSession:
         self.rounds[rnd] = {
             "loss": float(up.metrics["loss"]),
             "train_s": float(res.seconds),
-            "gate_s": gate_s,
             "down_bytes": state_nbytes(task.state)
             + sum(state_nbytes(s) for s in task.hook_state.values()),
             "up_bytes": state_nbytes(up.state) + sum(state_nbytes(s) for s in up.extra.values()),
@@ -121,6 +126,8 @@ def robot_main(workdir: Path, rid: str) -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     watchdog = _ParentWatchdog()
+    gone = threading.Event()
+    watchdog.stop_when_gone(gone)
     spec = json.loads((workdir / "fleet.json").read_text(encoding="utf-8"))
     token = json.loads((workdir / "tokens.json").read_text(encoding="utf-8"))[rid]
     me = spec["robots"][rid]
@@ -153,13 +160,15 @@ def robot_main(workdir: Path, rid: str) -> int:
             if found.name == "end":
                 return 0
             session = json.loads(found.read_text(encoding="utf-8"))
-            robot = _RobotSession(
-                workdir, k, set(session["gates"]), rid, cid, sequences, cfg, model, watchdog
-            )
+            robot = _RobotSession(rid, cid, sequences, cfg, model)
             client = _TimedClient(open_channel(session["target"]), rid, token)
             with client:
-                loop = RobotLoop(client, profile, robot.train, poll_s=5.0, retry_for_s=60.0)
+                loop = RobotLoop(
+                    client, profile, robot.train, stop=gone, poll_s=5.0, retry_for_s=60.0
+                )
                 if not loop.run().finished:
+                    if gone.is_set():
+                        raise SystemExit("the benchmark process is gone")
                     raise RuntimeError(f"robot {rid}: the {session['method']} run did not finish")
             for rnd, row in robot.rounds.items():
                 row["download_s"] = client.download_s.get(rnd, 0.0)

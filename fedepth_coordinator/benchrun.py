@@ -16,10 +16,11 @@ once and take part in each method's run in turn.
 Evaluation asks the coordinator: each test sequence's descriptor goes through ``Route`` (as an
 operator principal) and the routed model is scored by :meth:`fedepth.sim.Simulation.evaluate`,
 the in-process evaluation code. To evaluate the rounds the in-process run evaluates (the last
-``last_rounds`` and every ``eval_every``-th), the robots wait before training the round after
-such a round until the parent has evaluated it (a gate file), so the coordinator's models
-cannot move on meanwhile. The final strategy is read back from the coordinator's durable state
-(its last checkpoint), so ``MethodRun.strategy`` holds the coordinator's cluster models.
+``last_rounds`` and every ``eval_every``-th), the coordinator holds the round after such a
+round (``rounds.hold_after``) until the parent has evaluated it and calls ``ReleaseRound``, so
+its models cannot move on meanwhile; the robots just wait for their next plan, as robots do.
+The final strategy is read back from the coordinator's durable state (its last checkpoint), so
+``MethodRun.strategy`` holds the coordinator's cluster models.
 
 For the same seed the results equal the in-process run's exactly (see
 ``tests/coordinator/test_bench_grpc.py``): descriptors, weights and hook state travel as raw
@@ -78,7 +79,7 @@ from fedepth_coordinator.benchrobot import main, robot_main
 from fedepth_coordinator.client import CoordinatorClient, open_channel
 from fedepth_coordinator.config import CoordinatorConfig, config_from_dict
 from fedepth_coordinator.domain import Phase
-from fedepth_coordinator.simulate import CoordinatorProcess
+from fedepth_coordinator.simulate import CoordinatorProcess, CoordinatorStart
 
 __all__ = [
     "OPERATOR",
@@ -118,30 +119,9 @@ def _launch_key(method: str, params: Mapping[str, Any]) -> str:
     return json.dumps([method, dict(params)], sort_keys=True, default=str)
 
 
-class _CoordinatorStart:
-    """A coordinator process being started in the background (a thread waits for its port)."""
-
-    def __init__(self, key: str, coordinator: CoordinatorProcess, sdir: Path) -> None:
-        self.key, self.coordinator, self.sdir = key, coordinator, sdir
-        self._port = 0
-        self._seconds = 0.0
-        self._error: BaseException | None = None
-        self.thread = threading.Thread(target=self._start, name="coordinator-start", daemon=True)
-
-    def _start(self) -> None:
-        t0 = time.perf_counter()
-        try:
-            self._port = self.coordinator.start()
-        except BaseException as exc:
-            self._error = exc
-        self._seconds = time.perf_counter() - t0
-
-    def result(self) -> tuple[int, float]:
-        """(port, seconds the start-up took), once it has started; raises what start raised."""
-        self.thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._port, self._seconds
+#: Seconds a finished coordinator gets to exit after SIGTERM before it is killed (and the run
+#: reported as failed): its interpreter's shutdown took over 20 s on a loaded 2-core machine.
+STOP_TIMEOUT_S = 120.0
 
 
 class GrpcBench:
@@ -179,14 +159,14 @@ class GrpcBench:
         self._tokens: dict[str, str] = {}
         self._sessions = 0
         self._launches = 0
-        self._next: _CoordinatorStart | None = None
+        self._next: CoordinatorStart | None = None
         self._ready = False
         self._broken = False
 
     # -- robot processes ---------------------------------------------------------------------
     def _spawn_robots(self) -> None:
         w = self.workdir
-        for sub in ("robots", "sessions", "gates", "results"):  # nothing of an earlier bench
+        for sub in ("robots", "sessions", "results"):  # nothing of an earlier bench
             shutil.rmtree(w / sub, ignore_errors=True)
             (w / sub).mkdir(parents=True)
         creds = w / "credentials.yaml"
@@ -288,7 +268,7 @@ class GrpcBench:
     def _coordinator_config(
         self, method: str, params: Mapping[str, Any], state_dir: Path
     ) -> CoordinatorConfig:
-        n = len(self.ids)
+        n, n_rounds = len(self.ids), self.config.rounds
         dims = [i.descriptor.dim for i in self.fleet.infos if i.descriptor is not None]
         summary_bytes = max(
             (sum(np.asarray(v).nbytes for v in i.extra.values()) for i in self.fleet.infos),
@@ -317,11 +297,15 @@ class GrpcBench:
                     "quorum": 1.0,
                     "deadline_s": _NO_DEADLINE_S,
                     "seed": self.config.seed,
+                    # the round after an evaluated one waits for the parent's evaluation
+                    "hold_after": [r for r in eval_rounds(self.config) if r < n_rounds - 1],
                 },
                 "strategy": {"name": method, "params": dict(params)},
                 "training": recipes.pop().to_dict(),
                 "model": {"initial_weights": str(self.workdir / "initial.safetensors")},
-                "validation": {
+                "validation": {  # the in-process run's update bounds (default: none)
+                    "max_update_norm": self.config.max_update_norm,
+                    "max_group_norms": dict(self.config.max_group_norms),
                     "max_descriptor_dim": max([8192, *dims]),
                     "max_summary_bytes": max(1 << 20, 2 * summary_bytes),
                 },
@@ -348,7 +332,7 @@ class GrpcBench:
             )
         return out
 
-    def _launch(self, method: str, params: dict[str, Any]) -> _CoordinatorStart:
+    def _launch(self, method: str, params: dict[str, Any]) -> CoordinatorStart:
         """Start a coordinator for ``method`` in the background (a thread waits for its port)."""
         sdir = self.workdir / f"{self._launches:03d}-{method}"
         self._launches += 1
@@ -359,11 +343,11 @@ class GrpcBench:
             self._coordinator_config(method, params, sdir / "state"),
             log_path=sdir / "coordinator.log",
         )
-        launch = _CoordinatorStart(_launch_key(method, params), coordinator, sdir)
+        launch = CoordinatorStart(_launch_key(method, params), coordinator, sdir)
         launch.thread.start()
         return launch
 
-    def _discard(self, launch: _CoordinatorStart | None) -> None:
+    def _discard(self, launch: CoordinatorStart | None) -> None:
         if launch is not None:
             launch.thread.join()
             if launch.coordinator.proc is not None:
@@ -402,14 +386,13 @@ class GrpcBench:
                 self._ready = True
             target = f"127.0.0.1:{port}"
             t_session = time.perf_counter()
-            gates = [r for r in eval_rounds(cfg) if r < cfg.rounds - 1]
             write_json(
                 w / "sessions" / f"{k:03d}.json",
-                {"method": method, "target": target, "gates": gates, "rounds": cfg.rounds},
+                {"method": method, "target": target, "rounds": cfg.rounds},
             )
             if then is not None:
                 self._next = self._launch(then[0], self._params(*then))
-            observed = self._observe_run(k, method, target, coordinator, bar)
+            observed = self._observe_run(method, target, coordinator, bar)
             result_dir = w / "results" / f"{k:03d}"
             self._wait(
                 lambda: all((result_dir / f"{rid}.json").exists() for rid in self.ids),
@@ -422,7 +405,9 @@ class GrpcBench:
             raise
         finally:
             bar.close()
-            status = coordinator.stop() if coordinator.proc is not None else -1
+            status = (
+                coordinator.stop(timeout_s=STOP_TIMEOUT_S) if coordinator.proc is not None else -1
+            )
         if status != 0:
             raise BenchRunError(
                 f"the coordinator of {method} exited with status {status}; see "
@@ -453,14 +438,14 @@ class GrpcBench:
 
     def _observe_run(
         self,
-        k: int,
         method: str,
         target: str,
         coordinator: CoordinatorProcess,
         bar: tqdm[Any],
     ) -> ObservedRun:
         """Follow the run as an operator: evaluate the routed models after each evaluated round
-        (then open its gate), until the last round closed."""
+        (then release the round after it, which the coordinator holds), until the last round
+        closed."""
         cfg = self.config
         evals = eval_rounds(cfg)
         out = ObservedRun()
@@ -486,8 +471,8 @@ class GrpcBench:
                 t_eval = time.perf_counter()
                 test, routes, out.samples = self._sim.evaluate(_CoordinatorRouter(op))
                 out.tests[r] = (test, routes, time.perf_counter() - t_eval)
-                if r < cfg.rounds - 1:  # the robots wait for this before training round r + 1
-                    (self.workdir / "gates" / f"{k:03d}-{r}").touch()
+                if r < cfg.rounds - 1:  # held (rounds.hold_after) until evaluated
+                    op.release_round(r + 1)
             out.history = list(op.fleet_status().history)
         return out
 

@@ -368,6 +368,18 @@ class CoordinatorClient:
             )
         return serde.fleet_from_pb(reply)
 
+    def release_round(self, round: int) -> bool:
+        """Open ``round``, held by the coordinator's rounds.hold_after (an operator's call);
+        True when this call opened it, False when it was open already."""
+        with self._call("ReleaseRound"):
+            reply = self._stub.ReleaseRound(
+                pb.ReleaseRoundRequest(round=round),
+                timeout=self.timeout_s,
+                metadata=self._metadata,
+                wait_for_ready=self.wait_for_ready,
+            )
+        return bool(reply.released)
+
     def health(self, service: str = "fedepth.v1.Coordinator") -> str:
         """The standard health status of the service (``"SERVING"`` when up)."""
         stub = health_pb2_grpc.HealthStub(self.channel)

@@ -22,6 +22,8 @@ import yaml
 from fedepth.depth_range import FLEET
 from fedepth.recipe import TrainRecipe, round_lr
 from fedepth.strategies.aggregate import AGGREGATIONS
+from fedepth.updates import UpdateBounds
+from fedepth_coordinator.tensors import BOUND_SETTINGS
 
 
 class ConfigError(ValueError):
@@ -101,6 +103,11 @@ class RoundsConfig:
     deadline_s: float = 600.0
     #: Seed of the per-round selection.
     seed: int = 0
+    #: Rounds after whose close the next round is held: robots wait (GetRoundPlan) until an
+    #: operator calls ReleaseRound, say once the closed round's models were evaluated; its
+    #: deadline counts from the release. A hold is not durable: a restarted coordinator opens
+    #: the round. Default: none.
+    hold_after: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -219,6 +226,15 @@ class ValidationConfig:
     #: Fraction of a cluster's updates trimmed at each end by "trimmed_mean" ([0, 0.5)).
     trim_fraction: float = 0.2
 
+    def update_bounds(self) -> UpdateBounds:
+        """The norm bounds of max_update_norm and max_group_norms (fedepth.updates owns the
+        rule; the in-process simulation takes the same settings)."""
+        return UpdateBounds(
+            self.max_update_norm,
+            dict(self.max_group_norms),
+            settings=BOUND_SETTINGS,
+        )
+
 
 @dataclass(frozen=True)
 class StateConfig:
@@ -283,6 +299,11 @@ def _check(c: CoordinatorConfig) -> None:
     need(0 < r.quorum <= 1, "rounds.quorum", f"must lie in (0, 1], got {r.quorum}")
     need(r.deadline_s > 0, "rounds.deadline_s", f"must be > 0, got {r.deadline_s}")
     need(
+        all(0 <= h < r.num_rounds - 1 for h in r.hold_after),
+        "rounds.hold_after",
+        f"must list rounds in [0, rounds.num_rounds - 1), got {list(r.hold_after)}",
+    )
+    need(
         (c.tls.cert_file is None) == (c.tls.key_file is None),
         "tls",
         "cert_file and key_file must be set together",
@@ -303,11 +324,10 @@ def _check(c: CoordinatorConfig) -> None:
         f"must be 'refuse' or 'quarantine', got {c.state.unaccounted_blobs!r}",
     )
     v = c.validation
-    need(
-        v.max_update_norm is None or v.max_update_norm > 0,
-        "validation.max_update_norm",
-        "must be > 0 or null",
-    )
+    try:  # the norm bounds' rule is fedepth.updates.UpdateBounds'
+        v.update_bounds()
+    except ValueError as exc:
+        raise ConfigError(f"validation.{exc}") from None
     need(v.max_extra_groups >= 0, "validation.max_extra_groups", "must be >= 0")
     need(v.max_basis_columns >= 1, "validation.max_basis_columns", "must be >= 1")
     need(
@@ -316,12 +336,6 @@ def _check(c: CoordinatorConfig) -> None:
         "must be null or in [1, validation.max_descriptor_dim]",
     )
     need(v.descriptor_bound > 1, "validation.descriptor_bound", "must be > 1")
-    for gname, bound in v.max_group_norms.items():
-        need(
-            isinstance(bound, int | float) and bound > 0,
-            f"validation.max_group_norms.{gname}",
-            f"must be a number > 0, got {bound!r}",
-        )
     need(
         v.sample_weights in SAMPLE_WEIGHTS,
         "validation.sample_weights",
@@ -367,6 +381,11 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
         return _build(tp, value, key)
+    if origin is tuple and typing.get_args(tp)[1:] == (Ellipsis,):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        inner = typing.get_args(tp)[0]
+        return tuple(_convert(inner, v, f"{key}[{i}]") for i, v in enumerate(value))
     if origin is tuple:
         args = typing.get_args(tp)
         if not isinstance(value, list | tuple) or len(value) != len(args):
@@ -460,6 +479,7 @@ def load_config(
 def to_dict(config: CoordinatorConfig) -> dict[str, Any]:
     out: dict[str, Any] = dataclasses.asdict(config)
     out["training"]["image_size"] = list(config.training.image_size)
+    out["rounds"]["hold_after"] = list(config.rounds.hold_after)
     return out
 
 

@@ -10,7 +10,6 @@ ready`, :meth:`~CoordinatorState.require_strategy`, ...) expect the caller to ho
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import Counter
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fedepth.rounds import quorum_of
 from fedepth.strategies import ClientInfo, ClusteredStrategy, Strategy
 from fedepth_coordinator.config import CoordinatorConfig
 from fedepth_coordinator.domain import Phase
@@ -106,6 +106,8 @@ class CoordinatorState:
     finished: bool = False
     #: the robots a fleet is being formed with (None: no formation in progress)
     forming: set[str] | None = None
+    #: True while the open round waits for an operator's ReleaseRound (rounds.hold_after)
+    held: bool = False
     history: list[RoundRecord] = field(default_factory=list)
 
     @property
@@ -162,7 +164,9 @@ class CoordinatorState:
         return self.strategy
 
     def quorum(self, selected: int) -> int:
-        return max(1, math.ceil(self.config.rounds.quorum * selected - 1e-9))
+        """The reports that close a round of ``selected`` robots at its deadline (the round
+        driver's rule)."""
+        return quorum_of(self.config.rounds.quorum, selected)
 
     def clusters_of(self, robot_id: str) -> tuple[int, ...]:
         s = self.strategy

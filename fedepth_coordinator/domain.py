@@ -139,6 +139,15 @@ class UploadReceipt:
 
 
 @dataclass(frozen=True)
+class RoundRelease:
+    """What ReleaseRound did: ``released`` when the call opened ``round`` (False: it was open
+    already)."""
+
+    round: int
+    released: bool
+
+
+@dataclass(frozen=True)
 class RouteHeader:
     clusters: tuple[int, ...]
     weights: tuple[float, ...]

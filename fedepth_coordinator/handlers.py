@@ -52,6 +52,7 @@ from fedepth_coordinator.domain import (
     Phase,
     Registration,
     RoundPlan,
+    RoundRelease,
     RouteStream,
     UpdateHeader,
     UploadReceipt,
@@ -194,6 +195,11 @@ class Coordinator:
     def tick(self) -> float | None:
         """Close the open round if its deadline passed with a quorum; seconds to its deadline."""
         return self._rounds.tick()
+
+    def release_round(self, caller: str, rnd: int) -> RoundRelease:
+        """Open round ``rnd``, held by ``rounds.hold_after`` (operators: the interceptor lets
+        no robot call it)."""
+        return self._rounds.release(rnd)
 
     # -- uploads -----------------------------------------------------------------------------
     def upload(

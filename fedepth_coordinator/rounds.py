@@ -1,9 +1,14 @@
-"""The round controller: selection, round plans, tasks, closing rounds and aggregating them.
+"""The round controller: the coordinator's side of :class:`fedepth.rounds.RoundDriver`.
 
-A round selects members (all, or a seeded ``rounds.fraction``), serves each one the strategy's
-``configure_train`` task with the run's training recipe, and closes when every selected robot
-reported, or when a quorum has and the deadline passed. Closing aggregates the spilled updates
-in robot-id order, checkpoints the strategy and records the round in one store transaction.
+The round driver (the one the in-process simulation runs) owns the rules of a round; this
+controller feeds it the coordinator's events. Opening a round asks it for the selection (all
+members, or a seeded ``rounds.fraction``, sorted by id); every plan, download and upload asks
+it for the robot's task (the strategy's ``configure_train`` with the run's training recipe);
+every upload streams through the checks of its update bounds (``validation``); after every
+accepted upload and every deadline tick it says whether the round closes (every selected robot
+reported, or a quorum has and the deadline passed); closing has it aggregate the spilled
+updates in the selection's (robot-id) order, then checkpoints the strategy and records the
+round in one store transaction.
 """
 
 from __future__ import annotations
@@ -15,11 +20,19 @@ from dataclasses import replace
 
 import numpy as np
 
+from fedepth.rounds import RoundDriver, RoundRules
 from fedepth.strategies import ClientUpdate, TrainTask
+from fedepth.updates import UpdateBounds
 from fedepth_coordinator.blobs import BlobReader
 from fedepth_coordinator.checkpoints import Checkpoints
 from fedepth_coordinator.coordstate import CoordinatorState, OpenRound, check_caller, log
-from fedepth_coordinator.domain import ModelHeader, ModelStream, PlanAction, RoundPlan
+from fedepth_coordinator.domain import (
+    ModelHeader,
+    ModelStream,
+    PlanAction,
+    RoundPlan,
+    RoundRelease,
+)
 from fedepth_coordinator.errors import FailedPreconditionError, InvalidArgumentError
 from fedepth_coordinator.state.base import CorruptBlobError, RoundRecord
 from fedepth_coordinator.tensors import STATE, Layout
@@ -43,28 +56,36 @@ class RoundController:
         self._state = state
         self._checkpoints = checkpoints
         self._transfers = transfers
+        r = state.config.rounds
+        self._rules = RoundRules(
+            r.num_rounds, r.fraction, r.quorum, r.deadline_s, r.seed, sorted_ids=True
+        )
+        #: the update bounds every upload's stream is checked against (validation section)
+        self.bounds: UpdateBounds = state.config.validation.update_bounds()
+
+    def driver(self) -> RoundDriver:
+        """The round driver of the run's strategy (FAILED_PRECONDITION before the fleet formed)."""
+        s = self._state
+        num_rounds = self._rules.num_rounds
+        return RoundDriver(
+            s.require_strategy(),
+            self._rules,
+            recipe=lambda rnd: s.config.training.recipe(rnd, num_rounds),
+            bounds=self.bounds,
+            clock=s.clock,
+        )
 
     # -- opening -----------------------------------------------------------------------------
     def new_round(self, number: int) -> RoundRecord:
         """Round ``number``'s record: its seeded selection and deadline."""
         s = self._state
-        members = s.members
-        k = max(1, math.ceil(s.config.rounds.fraction * len(members) - 1e-9))
-        if k < len(members):
-            rng = np.random.default_rng([s.config.rounds.seed, number])
-            chosen = rng.choice(len(members), size=k, replace=False)
-            selected = tuple(sorted(members[int(i)] for i in chosen))
-        else:
-            selected = tuple(sorted(members))
+        selected = self.driver().select(number, s.members)
         now = s.clock()
         return RoundRecord(number, selected, now, now + s.config.rounds.deadline_s)
 
     def task(self, rnd: int, robot_id: str) -> TrainTask:
         """The strategy's task for the robot, with the run's training recipe."""
-        s = self._state
-        task = s.require_strategy().configure_train(rnd, [robot_id])[robot_id]
-        recipe = s.config.training.recipe(rnd, s.config.rounds.num_rounds)
-        return replace(task, recipe=recipe)
+        return self.driver().task(rnd, robot_id)
 
     def open_round_for(self, robot_id: str, rnd: int) -> RoundRecord:
         """The open round, which must be ``rnd`` and have selected the robot."""
@@ -78,6 +99,10 @@ class RoundController:
             state = "closed" if rnd < r.round else "not open yet"
             raise FailedPreconditionError(
                 f"round {rnd} is {state}; the open round is {r.round}: ask for the round plan"
+            )
+        if s.held:
+            raise FailedPreconditionError(
+                f"round {rnd} is held until an operator releases it: ask for the round plan"
             )
         if robot_id not in r.selected:
             raise FailedPreconditionError(
@@ -103,6 +128,8 @@ class RoundController:
         if s.finished or s.open_round is None:
             return RoundPlan(PlanAction.FINISHED, s.phase, s.rounds_done, num_rounds)
         r = s.open_round.record
+        if s.held:
+            return wait(f"round {r.round} is held until an operator releases it", r.round)
         if robot_id not in s.member_set:
             return wait(f"robot {robot_id} is not a member yet: upload its descriptor", r.round)
         if robot_id not in r.selected:
@@ -184,13 +211,13 @@ class RoundController:
         """Close the open round if it is complete, or has a quorum at its deadline."""
         s = self._state
         r = s.open_round
-        if r is None:
+        if r is None or s.held:
             return
-        n, selected = len(r.reported), len(r.record.selected)
-        if n == selected:
-            self.close_round("all reported")
-        elif n >= s.quorum(selected) and s.clock() >= r.record.deadline:
-            self.close_round("quorum at deadline")
+        reason = self.driver().close_reason(
+            len(r.reported), len(r.record.selected), s.clock(), r.record.deadline
+        )
+        if reason is not None:
+            self.close_round(reason)
 
     def close_round(self, closed_by: str) -> None:
         """Aggregate the open round, checkpoint, record it and open the next one."""
@@ -201,7 +228,7 @@ class RoundController:
         t0 = time.monotonic()
         order = s.model_order
         updates = []
-        for robot_id in sorted(r.reported):
+        for robot_id in sorted(r.reported):  # reading order; the driver aggregates in its own
             rec = r.reported[robot_id]
             try:
                 reader = BlobReader(s.store, rec.blob)
@@ -229,7 +256,7 @@ class RoundController:
                 )
             )
         try:
-            s.strategy.aggregate_train(rnd, updates)
+            self.driver().aggregate(rnd, r.record.selected, {u.cid: u for u in updates})
             s.rounds_done = rnd + 1
             checkpoint = self._checkpoints.write()
         except Exception:
@@ -251,6 +278,7 @@ class RoundController:
         s.history.append(closed)
         s.open_round = None if next_round is None else OpenRound(next_round)
         s.finished = next_round is None
+        s.held = next_round is not None and rnd in s.config.rounds.hold_after
         for rec in r.reported.values():
             s.store.delete_blob(rec.blob)
         if old is not None:
@@ -266,6 +294,33 @@ class RoundController:
             s.quorum(len(r.record.selected)),
             s.clock() - r.record.opened_at,
             time.monotonic() - t0,
-            f"round {next_round.round} opened" if next_round else "run finished",
+            f"round {next_round.round} {'held' if s.held else 'opened'}"
+            if next_round
+            else "run finished",
         )
         s.cond.notify_all()
+
+    # -- holds -------------------------------------------------------------------------------
+    def release(self, rnd: int) -> RoundRelease:
+        """Open round ``rnd``, held after its predecessor closed (rounds.hold_after); its
+        deadline counts from now. A repeated call for a round already open (or closed) is a
+        no-op; a round not reached yet is FAILED_PRECONDITION."""
+        s = self._state
+        with s.cond:
+            s.require_strategy()
+            r = s.open_round
+            current = s.rounds_done if r is None else r.record.round
+            if rnd > current or (rnd == current and r is None):
+                raise FailedPreconditionError(
+                    f"round {rnd} is not held: the run is at round {current} "
+                    f"({s.rounds_done} done); release a round once its predecessor closed"
+                )
+            if rnd < current or not s.held:
+                return RoundRelease(rnd, False)
+            assert r is not None
+            now = s.clock()
+            r.record = replace(r.record, opened_at=now, deadline=now + s.config.rounds.deadline_s)
+            s.held = False
+            log.info("round %d released by an operator", rnd)
+            s.cond.notify_all()
+            return RoundRelease(rnd, True)

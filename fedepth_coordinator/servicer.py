@@ -187,6 +187,13 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         with _status(context, "GetFleetStatus"):
             return serde.fleet_to_pb(self.coordinator.fleet_status())
 
+    def ReleaseRound(
+        self, request: pb.ReleaseRoundRequest, context: grpc.ServicerContext
+    ) -> pb.ReleaseRoundReply:
+        with _status(context, "ReleaseRound"):
+            out = self.coordinator.release_round(caller_id(context), request.round)
+            return pb.ReleaseRoundReply(round=out.round, released=out.released)
+
 
 def add_to_server(servicer: CoordinatorServicer, server: grpc.Server) -> None:
     """Register the service, with :mod:`~fedepth_coordinator.wire`'s fast path for the streamed
@@ -208,6 +215,7 @@ def add_to_server(servicer: CoordinatorServicer, server: grpc.Server) -> None:
         "GetRoundPlan": unary("GetRoundPlan", pb.GetRoundPlanRequest, pb.RoundPlan),
         "GetClusterMap": unary("GetClusterMap", pb.GetClusterMapRequest, pb.ClusterMap),
         "GetFleetStatus": unary("GetFleetStatus", pb.GetFleetStatusRequest, pb.FleetStatus),
+        "ReleaseRound": unary("ReleaseRound", pb.ReleaseRoundRequest, pb.ReleaseRoundReply),
         "DownloadModel": grpc.unary_stream_rpc_method_handler(
             servicer.DownloadModel,
             request_deserializer=pb.DownloadModelRequest.FromString,

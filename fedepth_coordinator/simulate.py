@@ -3,8 +3,9 @@
 A simulated robot has a descriptor drawn around one of a few domains and "trains" with a cheap
 deterministic numpy function of the downloaded state, its id and the round, so two runs (one
 interrupted by a crash, one not; one over gRPC, one in-process) can be compared exactly.
-:func:`reference_run` drives the same strategy in-process, the way the coordinator does, for
-such comparisons; :class:`SimulatedFleet` runs robots as threads against a live coordinator.
+:func:`reference_run` drives the same strategy in-process through the coordinator's round
+driver (:class:`fedepth.rounds.RoundDriver`), for such comparisons; :class:`SimulatedFleet`
+runs robots as threads against a live coordinator.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import yaml
 
 from fedepth.descriptor import Descriptor
 from fedepth.models.state import State
+from fedepth.rounds import RoundDriver, RoundRules
 from fedepth.strategies import ClientInfo, ClientUpdate, TrainTask, create_strategy
 from fedepth_coordinator.client import ClientTls, CoordinatorClient, open_channel
 from fedepth_coordinator.config import CoordinatorConfig, to_dict
@@ -92,10 +94,22 @@ def reference_run(
         dict(initial),
     )
     trainers = {r: train_for(r, profiles[r].num_samples) for r in ids}
+    # the coordinator's round driver (all selected, sorted by id), over in-process calls
+    driver = RoundDriver(s, RoundRules(num_rounds, sorted_ids=True))
+    participants = _Trainers(trainers)
     for rnd in range(num_rounds):
-        tasks = s.configure_train(rnd, ids)
-        s.aggregate_train(rnd, [trainers[r](rnd, tasks[r]) for r in ids])
+        driver.run_round(rnd, ids, participants)
     return {r: dict(s.model_for(r)) for r in ids}
+
+
+@dataclass
+class _Trainers:
+    """In-process participants: each robot's training function, called with its task."""
+
+    trainers: Mapping[str, TrainFn]
+
+    def collect(self, rnd: int, tasks: Mapping[str, TrainTask]) -> list[ClientUpdate]:
+        return [self.trainers[r](rnd, task) for r, task in tasks.items()]
 
 
 @dataclass
@@ -240,6 +254,33 @@ class CoordinatorProcess:
                 self.proc.kill()
                 self.proc.wait()
         return int(self.proc.returncode)
+
+
+class CoordinatorStart:
+    """A :class:`CoordinatorProcess` being started in the background (a thread waits for its
+    port), so that a caller can do other work meanwhile; ``key`` names what it was started for."""
+
+    def __init__(self, key: str, coordinator: CoordinatorProcess, sdir: Path) -> None:
+        self.key, self.coordinator, self.sdir = key, coordinator, sdir
+        self._port = 0
+        self._seconds = 0.0
+        self._error: BaseException | None = None
+        self.thread = threading.Thread(target=self._start, name="coordinator-start", daemon=True)
+
+    def _start(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._port = self.coordinator.start()
+        except BaseException as exc:
+            self._error = exc
+        self._seconds = time.perf_counter() - t0
+
+    def result(self) -> tuple[int, float]:
+        """(port, seconds the start-up took), once it has started; raises what start raised."""
+        self.thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._port, self._seconds
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedepth.updates import first_nonfinite
+# the group holding the model itself is fedepth.updates.STATE; any other group is an extra
+from fedepth.updates import (
+    STATE,
+    UpdateBounds,
+    UpdateRejectedError,
+    first_nonfinite,
+    nonfinite_message,
+)
 from fedepth_coordinator.errors import InvalidArgumentError, shown
 
 #: safetensors dtype names and the little-endian numpy dtypes they map to.
@@ -37,8 +44,8 @@ DTYPES: dict[str, np.dtype] = {
 }
 _NAMES = {dt.str: name for name, dt in DTYPES.items()}
 
-#: The group holding the model itself; any other group is an algorithm extra.
-STATE = "state"
+#: Where a coordinator's norm bounds are configured (named in a rejection).
+BOUND_SETTINGS = "validation.max_update_norm, validation.max_group_norms"
 
 #: Names of extra groups (they become part of on-disk keys): short and plain.
 GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -273,15 +280,19 @@ class StreamChecker:
         reference: Mapping[str, np.ndarray] | None = None,
         max_norm: float | None = None,
         group_norms: Mapping[str, float] | None = None,
+        bounds: UpdateBounds | None = None,
     ) -> None:
         self.layout = layout
         self.total = layout.total_bytes
         self.received = 0
         self.reference = reference
-        self.max_norm = max_norm
+        if bounds is None:
+            bounds = UpdateBounds(max_norm, dict(group_norms or {}), settings=BOUND_SETTINGS)
+        self.max_norm = bounds.max_norm
+        self.update_bounds = bounds
         #: the bound of every group (None: unbounded); the state needs a reference to be bounded
         self.bounds: dict[str, float | None] = {
-            g.name: (group_norms or {}).get(g.name, max_norm) for g in layout.groups
+            g.name: bounds.bound(g.name) for g in layout.groups
         }
         if reference is None:
             self.bounds[STATE] = None
@@ -337,11 +348,7 @@ class StreamChecker:
             values = values.copy()
         nonfinite = first_nonfinite(values)
         if nonfinite is not None:
-            bad = first + nonfinite
-            raise InvalidArgumentError(
-                f"tensor {gname}/{spec.name} has a NaN or Inf value (element {bad}); "
-                "the update was rejected: check the robot's training for divergence"
-            )
+            raise InvalidArgumentError(nonfinite_message(gname, spec.name, first + nonfinite))
         if self.bounds.get(gname) is None:
             return
         if gname == STATE:
@@ -364,16 +371,11 @@ class StreamChecker:
                 f"upload ended after {self.received} of {self.total} bytes (truncated stream); "
                 "resend the whole update"
             )
-        for gname, bound in self.bounds.items():
-            if bound is None:
-                continue
-            norm = math.sqrt(self.sq_norms[gname])
-            if not norm <= bound:  # also catches an overflow to inf
-                what = "update norm" if gname == STATE else f"norm of extra group {gname!r}"
-                raise InvalidArgumentError(
-                    f"{what} {norm:.4g} exceeds the bound {bound:.4g} "
-                    "(validation.max_update_norm, validation.max_group_norms)"
-                )
+        bounded = {g: sq for g, sq in self.sq_norms.items() if self.bounds[g] is not None}
+        try:
+            self.update_bounds.check(bounded)
+        except UpdateRejectedError as exc:
+            raise InvalidArgumentError(str(exc)) from None
 
 
 def check_matches(layout: Layout, expected: Group, *, max_extra_groups: int) -> None:

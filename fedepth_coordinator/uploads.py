@@ -75,8 +75,7 @@ class UploadSink:
             checker = StreamChecker(
                 header.layout,
                 reference=reference,
-                max_norm=validation.max_update_norm,
-                group_norms=validation.max_group_norms,
+                bounds=validation.update_bounds(),
             )
             with self._transfers.slots, start_blob(s.store, key, header.layout) as writer:
 

@@ -12,6 +12,7 @@ from fedepth.descriptor import (
     DescriptorExtractor,
     RunningMoments,
     check_descriptor,
+    check_descriptors,
     gem,
     gem_descriptor,
     image_to_tensor,
@@ -124,6 +125,27 @@ def test_check_descriptor_is_the_one_validity_check() -> None:
     with pytest.raises(ValueError, match="num_frames must be > 0, got 0"):
         check_descriptor(np.zeros(3), np.ones(3), 0)
     Descriptor(mean=np.zeros(3), var=np.ones(3), num_frames=0)  # the fleet refuses it, not here
+
+
+def test_check_descriptors_applies_the_one_rule_to_arrays_of_descriptors() -> None:
+    m, v = check_descriptors([[0, 1]], [[1, 2]], "F.npz")
+    assert m.dtype == v.dtype == np.float64 and m.shape == (1, 2)
+    check_descriptors(np.zeros((0, 2)), np.ones((0, 2)))  # no clients: empty is allowed ...
+    with pytest.raises(ValueError, match=r"^F\.npz: empty descriptors"):  # ... unless refused
+        check_descriptors(np.zeros((0, 2)), np.ones((0, 2)), "F.npz", empty=False)
+    with pytest.raises(ValueError, match=r"^F\.npz: means \(1, 2\) and variances \(1, 3\) differ"):
+        check_descriptors([[0, 1]], [[1, 1, 1]], "F.npz")
+    with pytest.raises(ValueError, match="are not both 2-D: they must both be N x D"):
+        check_descriptors([0, 1], [1, 1])
+    with pytest.raises(ValueError, match=r"^set a: variances contain NaN or Inf"):
+        check_descriptors([[0.0]], [[np.inf]], "set a")
+    # the same rule, and the same words, as one descriptor's
+    for mean, var in (([np.nan, 0], [1, 1]), ([0, 0], [1, 0])):
+        with pytest.raises(ValueError) as one:
+            check_descriptor(np.array(mean, float), np.array(var, float))
+        with pytest.raises(ValueError) as many:
+            check_descriptors([mean], [var], "F.npz")
+        assert str(many.value) == "F.npz: " + str(one.value).removeprefix("descriptor ")
 
 
 def test_gem_descriptor_is_numpys_moments_bit_for_bit_and_the_extractors() -> None:

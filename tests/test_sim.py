@@ -332,3 +332,20 @@ def test_an_update_with_nan_is_left_out_of_the_round_as_the_coordinator_would(
     model = run.strategy.model_for(scenario.clients[0].name)
     assert all(np.isfinite(v).all() for v in model.values() if v.dtype.kind == "f")
     assert np.isfinite(run.rounds[0].mean_loss)
+
+
+def test_the_coordinators_norm_bound_applies_in_process_and_is_off_by_default(
+    scenario: Scenario, fleet: Fleet, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert not CFG.update_bounds().active  # as the coordinator's validation section
+    with pytest.raises(ValueError, match=r"max_group_norms\.state must be a number > 0"):
+        replace(CFG, max_group_norms={"state": 0.0})
+    config = replace(CFG, rounds=1, last_rounds=1, max_update_norm=1e-12)
+    initial = get_state(initial_model(config))
+    with caplog.at_level("WARNING", logger="fedepth.sim"):
+        run = Simulation(fleet, initial, config).run("fedavg", progress=False)
+    # every client moved farther than the bound from the model it downloaded: none aggregated
+    assert caplog.text.count("left out of the round") == len(fleet.clients)
+    assert "update norm" in caplog.text and "exceeds the bound 1e-12" in caplog.text
+    assert _states_equal(run.strategy.model_for(scenario.clients[0].name), initial)
+    assert np.isnan(run.rounds[0].mean_loss)

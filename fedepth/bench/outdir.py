@@ -84,7 +84,12 @@ def run_config(spec: BenchSpec) -> dict[str, Any]:
 #: SimConfig settings added after runs were recorded, with the value that does what the code
 #: did before them: at that value they leave :func:`demo_key` as it was, and a run recorded
 #: without them resumes (:func:`check_out`).
-ADDED_SETTINGS: dict[str, Any] = {"round_schedule": "constant", "round_final_lr_fraction": 0.1}
+ADDED_SETTINGS: dict[str, Any] = {
+    "round_schedule": "constant",
+    "round_final_lr_fraction": 0.1,
+    "max_update_norm": None,
+    "max_group_norms": {},
+}
 
 
 def _as_before(key: str, value: Any) -> bool:

@@ -19,8 +19,9 @@ The package's modules, one job each (everything public is importable from ``fede
 the sequential and Ray executors), :mod:`~fedepth.sim.wire` (the wire format's cost),
 :mod:`~fedepth.sim.fleet` (descriptors of the clients and test sequences),
 :mod:`~fedepth.sim.evaluation` (scoring routed models), :mod:`~fedepth.sim.records` (round
-records, a method's run, final numbers), :mod:`~fedepth.sim.simulation` (the round loop and
-its resumable state), :mod:`~fedepth.sim.pretraining` (the initial checkpoint).
+records, a method's run, final numbers), :mod:`~fedepth.sim.simulation` (the in-process
+transport of :class:`fedepth.rounds.RoundDriver`, the round loop the coordinator runs too, and
+the run's resumable state), :mod:`~fedepth.sim.pretraining` (the initial checkpoint).
 """
 
 from fedepth.recipe import client_seed

@@ -18,6 +18,7 @@ from fedepth.models import DepthModel, create_model
 from fedepth.recipe import TrainRecipe, round_lr
 from fedepth.strategies.pacfl import BASIS_SIZE
 from fedepth.training import TrainConfig
+from fedepth.updates import UpdateBounds
 
 #: torch threads of :func:`pretrain` unless configured otherwise
 PRETRAIN_THREADS = 2
@@ -79,6 +80,20 @@ class SimConfig:
     #: torch threads per client job; the same number in every executor gives identical results
     threads: int = 1
     method_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: the coordinator's norm bounds (its validation.max_update_norm, max_group_norms), applied
+    #: to every client update in-process as well (fedepth.updates.UpdateBounds): the largest
+    #: L2 distance of an update's state to the model it was trained from, and of each extra
+    #: group's norm; by group name (``state`` included), overriding max_update_norm. Off (None,
+    #: no group bounds) by default, as in the coordinator.
+    max_update_norm: float | None = None
+    max_group_norms: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.update_bounds()  # a bound <= 0 is refused now, not in the first round
+
+    def update_bounds(self) -> UpdateBounds:
+        """The norm bounds every client update is checked against (the coordinator's rule)."""
+        return UpdateBounds(self.max_update_norm, dict(self.max_group_norms))
 
     def recipe(self, rnd: int = 0) -> TrainRecipe:
         """The recipe every client trains round ``rnd`` with: the lr of ``round_schedule``
@@ -144,4 +159,5 @@ def config_dict(config: SimConfig) -> dict[str, Any]:
     d = asdict(config)
     d["image_size"] = list(config.image_size)
     d["method_params"] = {k: dict(v) for k, v in config.method_params.items()}
+    d["max_group_norms"] = dict(config.max_group_norms)
     return d

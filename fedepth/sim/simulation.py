@@ -1,15 +1,17 @@
-"""The round loop: :class:`Simulation` drives a strategy and its clients round by round.
+"""The in-process federation: :class:`Simulation` runs a strategy and its clients round by round.
 
-Each round: configure, train the clients through an executor, measure the wire, aggregate,
-evaluate; after it, the state that resumes an interrupted run (:class:`RunState`) goes to a
-:class:`Checkpointer`.
+Each round is :meth:`fedepth.rounds.RoundDriver.run_round`, the round driver the coordinator
+runs too (select, plan, collect, validate, close, aggregate), over an in-process transport: the
+clients train as jobs of an executor, and the coordinator's wire format is measured by doing it.
+The simulation records the round, evaluates, and hands the state that resumes an interrupted
+run (:class:`RunState`) to a :class:`Checkpointer`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from collections.abc import Sequence as AbcSequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -20,6 +22,7 @@ from tqdm import tqdm
 from fedepth.data.sequence import Sequence as RGBDSequence
 from fedepth.models import set_state
 from fedepth.models.state import State
+from fedepth.rounds import RoundDriver, RoundRules
 from fedepth.sim.config import SimConfig
 from fedepth.sim.evaluation import Router, Sample, evaluate_sequence
 from fedepth.sim.executors import ClientJob, Executor, JobResult, SequentialExecutor
@@ -32,7 +35,7 @@ from fedepth.sim.records import (
     strategy_outputs,
 )
 from fedepth.sim.wire import state_nbytes, wire_seconds
-from fedepth.strategies import ClientInfo, Strategy, create_strategy
+from fedepth.strategies import ClientInfo, ClientUpdate, Strategy, TrainTask, create_strategy
 
 log = logging.getLogger(__name__)
 
@@ -130,61 +133,45 @@ class Simulation:
             total=cfg.rounds,
             disable=not progress,
         )
-        for rnd in bar:
-            recipe = cfg.recipe(rnd)
-            if pooled:
+        driver = RoundDriver(
+            strategy,
+            RoundRules(cfg.rounds),  # every participant, every round; no deadline
+            recipe=(
                 # CL takes as many steps per round as the whole federation, so the upper bound
-                # sees the same number of gradient steps (and samples) as every federated method.
-                recipe = replace(recipe, local_steps=cfg.local_steps * len(clients))
-            t_cfg = time.perf_counter()
-            tasks = {
-                cid: replace(task, recipe=recipe)
-                for cid, task in strategy.configure_train(
-                    rnd, [cid for cid, _ in participants]
-                ).items()
-            }
-            configure_s = time.perf_counter() - t_cfg
-            jobs = [
-                ClientJob(cid, seqs, tasks[cid], memory[cid], rnd=rnd)
-                for cid, seqs in participants
-            ]
-            t_train = time.perf_counter()
-            results = self.executor.map(cfg, jobs)
-            train_s = time.perf_counter() - t_train
-            for res in results:
-                memory[res.update.cid] = res.memory
-            wire_s, rejected = wire_seconds(
-                [[t.state, *t.hook_state.values()] for t in tasks.values()],
-                [[r.update.state, *r.update.extra.values()] for r in results],
-            )
-            if rejected:
+                # sees the same number of gradient steps (and samples) as every federated method
+                (lambda r: replace(cfg.recipe(r), local_steps=cfg.local_steps * len(clients)))
+                if pooled
+                else cfg.recipe
+            ),
+            bounds=cfg.update_bounds(),
+        )
+        jobs = _ClientJobs(self.executor, cfg, dict(participants), memory)
+        for rnd in bar:
+            out = driver.run_round(rnd, [cid for cid, _ in participants], jobs)
+            for cid, why in out.rejected.items():
                 log.warning(
-                    "%s round %d: updates with NaN or Inf values from %s left out of the round, "
-                    "as a coordinator rejects them",
+                    "%s round %d: the update of %s is left out of the round, as a coordinator "
+                    "rejects it: %s",
                     method,
                     rnd,
-                    ", ".join(results[i].update.cid for i in rejected),
+                    cid,
+                    why,
                 )
-            left_out = set(rejected)
-            accepted = [r for i, r in enumerate(results) if i not in left_out]
-            t_agg = time.perf_counter()
-            strategy.aggregate_train(rnd, [r.update for r in accepted])
-            aggregate_s = time.perf_counter() - t_agg + configure_s
             rec = RoundRecord(
                 round=rnd,
-                train_seconds=train_s,
-                aggregate_seconds=aggregate_s,
-                wire_seconds=wire_s,
-                mean_loss=_mean_loss(accepted),
+                train_seconds=jobs.train_s,
+                aggregate_seconds=out.aggregate_s + out.configure_s,
+                wire_seconds=jobs.wire_s,
+                mean_loss=_mean_loss(out.accepted),
                 download_bytes={
                     cid: state_nbytes(t.state)
                     + sum(state_nbytes(s) for s in t.hook_state.values())
-                    for cid, t in tasks.items()
+                    for cid, t in out.tasks.items()
                 },
                 upload_bytes={
                     r.update.cid: state_nbytes(r.update.state)
                     + sum(state_nbytes(s) for s in r.update.extra.values())
-                    for r in results
+                    for r in jobs.results
                 },
             )
             last = rnd >= cfg.rounds - cfg.last_rounds
@@ -249,8 +236,48 @@ class Simulation:
         return out, routes, samples
 
 
-def _mean_loss(results: AbcSequence[JobResult]) -> float:
+def _mean_loss(updates: AbcSequence[ClientUpdate]) -> float:
     """The mean training loss of a round's accepted updates (NaN when none was accepted)."""
-    if not results:
+    if not updates:
         return float("nan")
-    return float(np.mean([r.update.metrics["loss"] for r in results]))
+    return float(np.mean([u.metrics["loss"] for u in updates]))
+
+
+class _ClientJobs:
+    """The simulation's transport (:class:`fedepth.rounds.Participants`): a round's tasks as
+    client jobs through the executor, each participant keeping its hook memory; it measures
+    what the coordinator's wire format would cost the round (:func:`wire_seconds`)."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        config: SimConfig,
+        sequences: dict[str, list[RGBDSequence]],
+        memory: dict[str, dict[str, State]],
+    ) -> None:
+        self.executor = executor
+        self.config = config
+        self.sequences = sequences
+        self.memory = memory
+        #: the latest round's results, seconds in training and on the wire
+        self.results: list[JobResult] = []
+        self.train_s = 0.0
+        self.wire_s = 0.0
+
+    def collect(self, rnd: int, tasks: Mapping[str, TrainTask]) -> list[ClientUpdate]:
+        jobs = [
+            ClientJob(cid, self.sequences[cid], task, self.memory[cid], rnd=rnd)
+            for cid, task in tasks.items()
+        ]
+        t0 = time.perf_counter()
+        self.results = self.executor.map(self.config, jobs)
+        self.train_s = time.perf_counter() - t0
+        for res in self.results:
+            self.memory[res.update.cid] = res.memory
+        # the wire's own verdict on non-finite uploads is the driver's too (fedepth.updates),
+        # which decides with the norm bounds as well
+        self.wire_s, _ = wire_seconds(
+            [[t.state, *t.hook_state.values()] for t in tasks.values()],
+            [[r.update.state, *r.update.extra.values()] for r in self.results],
+        )
+        return [r.update for r in self.results]

@@ -188,6 +188,20 @@ CASES: dict[str, tuple[grpc.StatusCode, str, Callable[[World], Any]]] = {
             pb.RegisterRequest(robot_id="ops", num_samples=5), metadata=w.md("ops"), timeout=20
         ),
     ),
+    "robot releasing a round": (
+        grpc.StatusCode.PERMISSION_DENIED,
+        "role 'robot', which may not call ReleaseRound",
+        lambda w: w.stub.ReleaseRound(
+            pb.ReleaseRoundRequest(round=1), metadata=w.md(A), timeout=20
+        ),
+    ),
+    "releasing a round not reached": (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "round 5 is not held: the run is at round 0",
+        lambda w: w.stub.ReleaseRound(
+            pb.ReleaseRoundRequest(round=5), metadata=w.md("ops"), timeout=20
+        ),
+    ),
     "wrong round": (
         grpc.StatusCode.FAILED_PRECONDITION,
         "round 1 is not open yet",

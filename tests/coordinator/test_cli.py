@@ -71,6 +71,25 @@ def test_overrides_and_errors_name_the_key(tmp_path: Path) -> None:
         assert message in str(err.value)
 
 
+def test_held_rounds_are_a_list_of_rounds_before_the_last(tmp_path: Path) -> None:
+    from fedepth_coordinator.config import save_resolved
+
+    assert load_config(DEFAULT).rounds.hold_after == ()
+    config = load_config(DEFAULT, [("rounds.num_rounds", 4), ("rounds.hold_after", [0, 2])])
+    assert config.rounds.hold_after == (0, 2)
+    assert load_config(save_resolved(config, tmp_path)) == config  # YAML list back to a tuple
+    bad = [
+        ([("rounds.hold_after", 3)], "rounds.hold_after: expected a list"),
+        ([("rounds.hold_after", ["x"])], "rounds.hold_after[0]: expected an integer"),
+        ([("rounds.hold_after", [9])], "rounds.hold_after: must list rounds in [0, "),
+        ([("rounds.hold_after", [-1])], "rounds.hold_after: must list rounds in [0, "),
+    ]
+    for overrides, message in bad:
+        with pytest.raises(ConfigError) as err:
+            load_config(DEFAULT, overrides)
+        assert message in str(err.value)
+
+
 def test_training_section_is_the_recipe_every_task_carries(tmp_path: Path) -> None:
     from fedepth.recipe import TrainRecipe
     from fedepth.sim import SimConfig

@@ -11,7 +11,7 @@ import pytest
 from fedepth_coordinator.blobs import write_blob
 from fedepth_coordinator.checkpoints import Checkpoints
 from fedepth_coordinator.coordstate import CoordinatorState
-from fedepth_coordinator.domain import PlanAction
+from fedepth_coordinator.domain import PlanAction, RoundRelease
 from fedepth_coordinator.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -130,6 +130,44 @@ def test_a_quorum_closes_the_round_only_at_its_deadline(formed_state: Formed) ->
     assert rounds.tick() == 60.0  # closed; the next round's deadline is 60 s away
     assert [h.closed_by for h in state.history] == ["quorum at deadline"]
     assert state.history[0].reported == tuple(state.members[:2])
+
+
+def test_a_held_round_opens_when_an_operator_releases_it(formed_state: Formed) -> None:
+    """rounds.hold_after: the round after a listed one waits (say, for an evaluation of the
+    closed round's models) and its deadline counts from the release."""
+    state, _, rounds = formed_state(2, hold_after=[0], deadline_s=120.0)
+    rid = state.members[0]
+    for i, r in enumerate(state.members):
+        report(state, r, 0.1 * i)
+    close(state, rounds)
+    assert state.rounds_done == 1 and state.held and state.open_round is not None
+    plan = rounds.plan(rid, 0)
+    assert plan.action is PlanAction.WAIT and plan.round == 1
+    assert plan.reason == "round 1 is held until an operator releases it"
+    with pytest.raises(FailedPreconditionError, match="round 1 is held until an operator"):
+        rounds.open_round_for(rid, 1)
+    with pytest.raises(FailedPreconditionError, match="round 2 is not held: the run is at"):
+        rounds.release(2)
+    state.clock.now += 500.0  # type: ignore[attr-defined]
+    with state.cond:
+        rounds.maybe_close()  # a held round does not close
+    assert state.held and state.rounds_done == 1
+    assert rounds.release(1) == RoundRelease(1, True)
+    record = state.open_round.record
+    assert (record.opened_at, record.deadline) == (1500.0, 1620.0)
+    assert rounds.plan(rid, 0).action is PlanAction.TRAIN
+    assert rounds.release(1) == RoundRelease(1, False)  # a repeated call changes nothing
+    assert rounds.release(0) == RoundRelease(0, False)  # closed long ago
+    assert state.open_round.record == record
+
+
+def test_rounds_not_listed_are_not_held(formed_state: Formed) -> None:
+    state, _, rounds = formed_state(2, num_rounds=3, hold_after=[1])
+    for r in state.members:
+        report(state, r, 0.1)
+    close(state, rounds)
+    assert state.rounds_done == 1 and not state.held
+    assert rounds.plan(state.members[0], 0).action is PlanAction.TRAIN
 
 
 def test_the_last_round_finishes_the_run(formed_state: Formed) -> None:

@@ -403,3 +403,17 @@ class FleetStatus(_message.Message):
     history: _containers.RepeatedCompositeFieldContainer[RoundSummary]
     model_card: str
     def __init__(self, phase: _Optional[_Union[Phase, str]] = ..., strategy: _Optional[str] = ..., round: _Optional[int] = ..., num_rounds: _Optional[int] = ..., min_robots: _Optional[int] = ..., deadline_unix: _Optional[float] = ..., quorum: _Optional[int] = ..., robots: _Optional[_Iterable[_Union[RobotStatus, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[RoundSummary, _Mapping]]] = ..., model_card: _Optional[str] = ...) -> None: ...
+
+class ReleaseRoundRequest(_message.Message):
+    __slots__ = ("round",)
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    def __init__(self, round: _Optional[int] = ...) -> None: ...
+
+class ReleaseRoundReply(_message.Message):
+    __slots__ = ("round", "released")
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    released: bool
+    def __init__(self, round: _Optional[int] = ..., released: _Optional[bool] = ...) -> None: ...

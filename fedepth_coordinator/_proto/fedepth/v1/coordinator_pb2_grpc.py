@@ -74,6 +74,11 @@ class CoordinatorStub:
                 request_serializer=fedepth__coordinator_dot___proto_dot_fedepth_dot_v1_dot_coordinator__pb2.GetFleetStatusRequest.SerializeToString,
                 response_deserializer=fedepth__coordinator_dot___proto_dot_fedepth_dot_v1_dot_coordinator__pb2.FleetStatus.FromString,
                 _registered_method=True)
+        self.ReleaseRound = channel.unary_unary(
+                '/fedepth.v1.Coordinator/ReleaseRound',
+                request_serializer=fedepth__coordinator_dot___proto_dot_fedepth_dot_v1_dot_coordinator__pb2.ReleaseRoundRequest.SerializeToString,
+                response_deserializer=fedepth__coordinator_dot___proto_dot_fedepth_dot_v1_dot_coordinator__pb2.ReleaseRoundReply.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -135,6 +140,14 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReleaseRound(self, request, context):
+        """Operators only: open a round held by rounds.hold_after (say, once its predecessor's models
+        were evaluated); robots wait for it with GetRoundPlan meanwhile.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -177,6 +190,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.GetFleetStatus,
                     request_deserializer=fedepth__coordinator_dot___proto_dot_fedepth_dot_v1_dot_coordinator__pb2.GetFleetStatusRequest.FromString,
                     response_serializer=fedepth__coordinator_dot___proto_dot_fedepth_dot_v1_dot_coordinator__pb2.FleetStatus.SerializeToString,
+            ),
+            'ReleaseRound': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseRound,
+                    request_deserializer=fedepth__coordinator_dot___proto_dot_fedepth_dot_v1_dot_coordinator__pb2.ReleaseRoundRequest.FromString,
+                    response_serializer=fedepth__coordinator_dot___proto_dot_fedepth_dot_v1_dot_coordinator__pb2.ReleaseRoundReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -395,6 +413,33 @@ class Coordinator:
             '/fedepth.v1.Coordinator/GetFleetStatus',
             fedepth__coordinator_dot___proto_dot_fedepth_dot_v1_dot_coordinator__pb2.GetFleetStatusRequest.SerializeToString,
             fedepth__coordinator_dot___proto_dot_fedepth_dot_v1_dot_coordinator__pb2.FleetStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseRound(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fedepth.v1.Coordinator/ReleaseRound',
+            fedepth__coordinator_dot___proto_dot_fedepth_dot_v1_dot_coordinator__pb2.ReleaseRoundRequest.SerializeToString,
+            fedepth__coordinator_dot___proto_dot_fedepth_dot_v1_dot_coordinator__pb2.ReleaseRoundReply.FromString,
             options,
             channel_credentials,
             insecure,
