@@ -251,6 +251,11 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
             "1",
             "--wait-timeout",
             "90",
+            # the player sees the node's subscription (its writer matched) before the node's
+            # best-effort reader has matched the writer: what is sent in between is lost, and
+            # 4 frames take 0.3 s (a fresh CI run lost all of them once)
+            "--start-delay",
+            "1.0",
         ]
         processes.start("player_unseen", [*player, "--ros-args", "-r", "__ns:=/unseen"])
         seq = M3EDSequence(*(smoke_hpe / f"{UNSEEN}{s}.h5" for s in ("_data", "_depth_gt")))
