@@ -24,7 +24,32 @@ PACKAGE = "fedepth_ros"
 
 
 def _robot_id(name):
+    # fedepth_ros.replay.bags.robot_id_of's rule (importing that package here would load the
+    # whole replay driver into the launch process)
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64]
+
+
+def _player(share, bag, rate, frames, *, subscribers, topics=None):
+    """A loss-free bag_player of ``bag``: keep-all reliable QoS, starts once ``subscribers``
+    subscribe to each topic, waits for their acknowledgements at the end."""
+    params = {
+        "bag": bag,
+        "rate": rate,
+        "lossless": True,
+        "qos_depth": max(10, frames),
+        "wait_for_subscribers": subscribers,
+        "wait_timeout": 600.0,
+        "ack_timeout": 60.0,
+    }
+    if topics is not None:
+        params["topics"] = topics
+    return Node(
+        package=PACKAGE,
+        executable="bag_player",
+        name="bag_player",
+        output="screen",
+        parameters=[PathJoinSubstitution([share, "config", "bag_player.yaml"]), params],
+    )
 
 
 def _fleet(context):
@@ -44,24 +69,7 @@ def _fleet(context):
         for entry in manifest["clients"]:
             rid = _robot_id(entry["name"])
             frames = int(entry["frames"])
-            player = Node(
-                package=PACKAGE,
-                executable="bag_player",
-                name="bag_player",
-                output="screen",
-                parameters=[
-                    PathJoinSubstitution([share, "config", "bag_player.yaml"]),
-                    {
-                        "bag": str(bags_dir / entry["bag"]),
-                        "rate": rate,
-                        "lossless": True,
-                        "qos_depth": max(10, frames),
-                        "wait_for_subscribers": 1,
-                        "wait_timeout": 600.0,
-                        "ack_timeout": 60.0,
-                    },
-                ],
-            )
+            player = _player(share, str(bags_dir / entry["bag"]), rate, frames, subscribers=1)
             robot = Node(
                 package=PACKAGE,
                 executable="robot_node",
@@ -135,25 +143,8 @@ def _fleet(context):
                     },
                 ],
             )
-            player = Node(
-                package=PACKAGE,
-                executable="bag_player",
-                name="bag_player",
-                output="screen",
-                parameters=[
-                    PathJoinSubstitution([share, "config", "bag_player.yaml"]),
-                    {
-                        "bag": bag,
-                        "topics": "/image,/camera_info",
-                        "rate": rate,
-                        "lossless": True,
-                        "qos_depth": max(10, frames),
-                        "wait_for_subscribers": 2,
-                        "wait_timeout": 600.0,
-                        "ack_timeout": 60.0,
-                    },
-                ],
-            )
+            # the depth node and the scorer both subscribe; the depth stays in the bag (scoring)
+            player = _player(share, bag, rate, frames, subscribers=2, topics="/image,/camera_info")
             groups.append(GroupAction([PushRosNamespace(ns), depth, scorer, player]))
     return groups
 
