@@ -42,9 +42,11 @@ class _TimedClient(CoordinatorClient):
         self.download_s: dict[int, float] = {}
         self.upload_s: dict[int, float] = {}
 
-    def download_model(self, round: int = 0, *, latest: bool = False) -> DownloadedModel:
+    def download_model(
+        self, round: int = 0, *, latest: bool = False, initial: bool = False
+    ) -> DownloadedModel:
         t0 = time.perf_counter()
-        out = super().download_model(round, latest=latest)
+        out = super().download_model(round, latest=latest, initial=initial)
         self.download_s[round] = time.perf_counter() - t0
         return out
 

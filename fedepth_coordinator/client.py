@@ -263,10 +263,15 @@ class CoordinatorClient:
             if plan.action is not PlanAction.WAIT or remaining <= 0:
                 return plan
 
-    def download_model(self, round: int = 0, *, latest: bool = False) -> DownloadedModel:
+    def download_model(
+        self, round: int = 0, *, latest: bool = False, initial: bool = False
+    ) -> DownloadedModel:
         """This robot's task for ``round`` (with the run's training recipe), or with ``latest``
-        its current model (no recipe)."""
-        req = pb.DownloadModelRequest(robot_id=self.robot_id, round=round, latest=latest)
+        its current model, or with ``initial`` the run's initial model, the frozen encoder of
+        every descriptor (both without a recipe)."""
+        req = pb.DownloadModelRequest(
+            robot_id=self.robot_id, round=round, latest=latest, initial=initial
+        )
         with self._call("DownloadModel"):
             stream = self._download(
                 req,

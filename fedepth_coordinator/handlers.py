@@ -188,9 +188,12 @@ class Coordinator:
         """The robot's plan; waits up to ``wait_s`` (capped) for one that is not WAIT."""
         return self._rounds.round_plan(caller, robot_id, after_round, wait_s)
 
-    def download(self, caller: str, robot_id: str, rnd: int, latest: bool) -> ModelStream:
-        """The robot's task for round ``rnd`` (or, with ``latest``, its current model)."""
-        return self._rounds.download(caller, robot_id, rnd, latest)
+    def download(
+        self, caller: str, robot_id: str, rnd: int, latest: bool, initial: bool = False
+    ) -> ModelStream:
+        """The robot's task for round ``rnd`` (or, with ``latest``, its current model; with
+        ``initial``, the run's initial model, the descriptors' frozen encoder)."""
+        return self._rounds.download(caller, robot_id, rnd, latest, initial)
 
     def tick(self) -> float | None:
         """Close the open round if its deadline passed with a quorum; seconds to its deadline."""

@@ -25,7 +25,13 @@ from fedepth.strategies import ClientUpdate, TrainTask
 from fedepth.updates import UpdateBounds
 from fedepth_coordinator.blobs import BlobReader
 from fedepth_coordinator.checkpoints import Checkpoints
-from fedepth_coordinator.coordstate import CoordinatorState, OpenRound, check_caller, log
+from fedepth_coordinator.coordstate import (
+    INITIAL_BLOB,
+    CoordinatorState,
+    OpenRound,
+    check_caller,
+    log,
+)
 from fedepth_coordinator.domain import (
     ModelHeader,
     ModelStream,
@@ -37,6 +43,9 @@ from fedepth_coordinator.errors import FailedPreconditionError, InvalidArgumentE
 from fedepth_coordinator.state.base import CorruptBlobError, RoundRecord
 from fedepth_coordinator.tensors import STATE, Layout
 from fedepth_coordinator.transfers import TransferSlots
+
+#: The round number in the header of an initial-model download (no round's task).
+INITIAL_ROUND = -1
 
 
 def task_groups(task: TrainTask) -> dict[str, Mapping[str, np.ndarray]]:
@@ -167,10 +176,17 @@ class RoundController:
                     return plan
                 s.cond.wait(remaining)
 
-    def download(self, caller: str, robot_id: str, rnd: int, latest: bool) -> ModelStream:
-        """The robot's task for round ``rnd`` (or, with ``latest``, its current model)."""
+    def download(
+        self, caller: str, robot_id: str, rnd: int, latest: bool, initial: bool = False
+    ) -> ModelStream:
+        """The robot's task for round ``rnd`` (or, with ``latest``, its current model; with
+        ``initial``, the run's initial model)."""
         s = self._state
         check_caller(caller, robot_id)
+        if initial:
+            if latest:
+                raise InvalidArgumentError("a download asks for latest or initial, not both")
+            return self.initial_model(caller)
         with s.cond:
             s.robot(robot_id)
             s.touch(robot_id)
@@ -196,6 +212,29 @@ class RoundController:
             card=s.model_card,
         )
         return ModelStream(header, self._transfers.payload(list(groups.values()), caller))
+
+    def initial_model(self, caller: str) -> ModelStream:
+        """The run's initial model, the frozen encoder of every descriptor (FeDepth Sec. 3.3):
+        a robot or depth node without weights of its own describes its frames with it, so
+        that every descriptor of the run comes from the same encoder. Any authenticated
+        caller may download it (a Route answer carries more), before the fleet forms (from
+        memory) and after (from the run's initial blob, which a restart keeps)."""
+        s = self._state
+        with s.cond:
+            held, card = s.initial, s.model_card
+        state: Mapping[str, np.ndarray]
+        if held is not None:
+            state = held
+        else:  # the run started: its initial blob is written once, never changed
+            try:
+                state = BlobReader(s.store, INITIAL_BLOB).read_all()[STATE]
+            except (CorruptBlobError, OSError, KeyError, ValueError) as exc:
+                log.error("the initial model cannot be served: %s", exc)
+                raise FailedPreconditionError(
+                    f"the run's initial model cannot be read: {exc}"
+                ) from exc
+        header = ModelHeader(INITIAL_ROUND, Layout.of({STATE: state}), card=card)
+        return ModelStream(header, self._transfers.payload([state], caller))
 
     # -- closing -----------------------------------------------------------------------------
     def tick(self) -> float | None:

@@ -141,6 +141,14 @@ def startup_warnings(config: CoordinatorConfig) -> list[str]:
             "validation.max_update_norm (e.g. a few times the honest updates' norms) and/or "
             "validation.robust_aggregation"
         )
+    m = config.model
+    if m.name is not None and m.initial_weights is None:
+        out.append(
+            f"serving a freshly initialized {m.name} (model.initial_weights is null): its "
+            "encoder is every descriptor's, and an untrained encoder describes frames with "
+            "features that barely depend on them, so clusters and routes mean little; set "
+            "model.initial_weights to pretrained weights (`fedepth pretrain`)"
+        )
     return out
 
 

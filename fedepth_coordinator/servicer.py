@@ -128,7 +128,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     ) -> Iterator[pb.DownloadMessage | bytes]:
         with _status(context, "DownloadModel"):
             stream = self.coordinator.download(
-                caller_id(context), request.robot_id, request.round, request.latest
+                caller_id(context),
+                request.robot_id,
+                request.round,
+                request.latest,
+                request.initial,
             )
         try:
             yield pb.DownloadMessage(header=serde.model_header_to_pb(stream.header))

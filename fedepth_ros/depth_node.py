@@ -47,7 +47,7 @@ from fedepth_ros.drift import DriftMonitor
 from fedepth_ros.learner import (
     DepthPredictor,
     check_served,
-    model_from_card,
+    initial_model,
     model_from_weights,
     resolve_device,
     set_threads,
@@ -114,6 +114,9 @@ class DepthNode(WorkerNode):
         self.ready = False
         self.decision: RouteDecision | None = None
         self.routed_descriptor: Descriptor | None = None
+        #: with re-routing: the descriptor's encoder (the initial or local weights), kept apart
+        #: from the routed model that predicts, for the drift vectors
+        self.describer: DepthPredictor | None = None
         self.processed = 0
         self.skipped_unsubscribed = 0
         self.infer_seconds: deque[float] = deque(maxlen=10_000)
@@ -351,7 +354,14 @@ class DepthNode(WorkerNode):
             if self.predictor is not None:
                 check_served(self.predictor.model, card_json, source)
                 return self.predictor
-            model = model_from_card(card_json, source)
+            initial = retry_until_stopped(
+                lambda: client.download_model(initial=True),
+                self.stop,
+                lambda exc, backoff: self._retry("send the initial model", exc, backoff),
+            )
+            if initial is None:
+                return None
+            model = initial_model(card_json, initial.task.state, source)
             card = card_of(model)
         except ValueError as exc:
             keep = "; predicting with the local weights only" if self.predictor else ""
@@ -359,7 +369,8 @@ class DepthNode(WorkerNode):
             self.route_state = "not routed (model card mismatch)"
             self.get_logger().error(self.card_error)
             return None
-        self.get_logger().info(f"built the served model: {source} serves {card.describe()}")
+        log = self.get_logger()
+        log.info(f"built the served model: {source} serves {card.describe()} (initial weights)")
         return DepthPredictor(model, self.device, resize=self.resize_input)
 
     def _prepare(self) -> None:
@@ -396,6 +407,8 @@ class DepthNode(WorkerNode):
         if decision is None:
             return
         self.route_error = None
+        if self.reroute:  # drift is measured with the encoder that made the descriptor
+            self.describer = predictor.clone()
         self._decision_ready = (decision, descriptor, predictor)
 
     def _apply(
@@ -421,9 +434,9 @@ class DepthNode(WorkerNode):
 
     def _watch(self, monitor: DriftMonitor, rgb: np.ndarray) -> None:
         """Feed the drift monitor; on sustained drift, route the window (one attempt)."""
-        assert self.predictor is not None
+        assert self.predictor is not None and self.describer is not None
         log = self.get_logger()
-        routed = reroute_on_drift(monitor, self.predictor.gem(rgb), self._client_once, log)
+        routed = reroute_on_drift(monitor, self.describer.gem(rgb), self._client_once, log)
         if routed is None:
             return
         decision, window = routed
@@ -469,11 +482,8 @@ class DepthNode(WorkerNode):
         self.depth_pub.publish(out)
         info, k = self._info, self._k
         if info is not None and k is not None:
-            copy = CameraInfo()  # the input camera model unchanged, with the image's header
-            for name in CameraInfo.get_fields_and_field_types():
-                setattr(copy, name, getattr(info, name))
-            copy.header = msg.header
-            self.info_pub.publish(copy)
+            # the input camera model unchanged, with the image's header
+            self.info_pub.publish(messages.restamped_camera_info(info, msg.header))
             if self.points_pub is not None:
                 points = rosmsg.depth_to_points(depth, k)
                 self.points_pub.publish(messages.points_message(points, header=msg.header))

@@ -9,6 +9,7 @@ the frames buffered so far, with the training recipe the coordinator sent in the
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -76,6 +77,17 @@ def model_from_card(card_json: str | None, source: str) -> DepthModel:
         )
     model = ModelCard.from_json(card_json, source).build()
     assert isinstance(model, DepthModel)
+    return model
+
+
+def initial_model(card_json: str | None, state: State, source: str) -> DepthModel:
+    """The served model (its card, JSON) holding the run's initial weights ``state``: the
+    frozen encoder every descriptor of the run is computed with (FeDepth Sec. 3.3). A node
+    without weights of its own describes its frames with it; a freshly initialized model
+    would describe them with an encoder no other robot used, so its divergences, clusters
+    and routes would be noise."""
+    model = model_from_card(card_json, source)
+    set_state(model, state, source=f"{source}'s initial model")
     return model
 
 
@@ -291,6 +303,12 @@ class DepthPredictor:
         self.min_depth = float(model.min_depth)
         self.max_depth = float(model.max_depth)
         self.size: tuple[int, int] | None = model.input_size if resize else None
+
+    def clone(self) -> DepthPredictor:
+        """An independent predictor with a copy of this one's weights."""
+        twin = copy.copy(self)
+        twin.model = copy.deepcopy(self.model)
+        return twin
 
     def load_state(self, state: State, source: str) -> None:
         set_state(self.model, state, source=source)

@@ -93,6 +93,17 @@ def camera_info_from_k(
     return CameraInfo(header=_header(stamp_ns, frame_id), **fields)
 
 
+def restamped_camera_info(info: CameraInfo, header: Any) -> CameraInfo:
+    """A copy of the camera model ``info`` with another ``header`` (an output image's)."""
+    from sensor_msgs.msg import CameraInfo
+
+    out = CameraInfo()
+    for name in CameraInfo.get_fields_and_field_types():
+        setattr(out, name, getattr(info, name))
+    out.header = header
+    return out
+
+
 def points_message(points: np.ndarray, *, header: Any) -> Any:
     """(H, W, 3) float32 XYZ -> an organized sensor_msgs/PointCloud2 (fields x, y, z)."""
     from sensor_msgs.msg import PointCloud2, PointField

@@ -22,7 +22,8 @@ import json
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -40,13 +41,15 @@ from fedepth_ros.learner import (
     BufferLearner,
     LearnerConfig,
     check_served,
-    model_from_card,
+    initial_model,
     model_from_weights,
     set_threads,
 )
 from fedepth_ros.node_common import NodeConfigError, WorkerNode, connect, run_node, stream_qos
 from fedepth_ros.params import ROBOT_NODE, declare_parameters
 from fedepth_ros.sync import FrameBuffer, Pair, PairSync
+
+T = TypeVar("T")
 
 NODE_NAME = "robot_node"
 STATUS_TOPIC = "fedepth/status"
@@ -264,37 +267,53 @@ class RobotNode(WorkerNode):
         self, client: CoordinatorClient, num_samples: int, labels: dict[str, str]
     ) -> str | None:
         """Register (declaring the local weights' card, if any; the coordinator refuses a
-        model that cannot take its weights) and, without weights, build the served model
-        from the card in the reply. Returns the card this robot declares from now on (None:
-        stopped). Waits for a coordinator that is down, saying so."""
+        model that cannot take its weights) and, without weights, build the served model from
+        the card in the reply with the run's initial weights: the frozen encoder the fleet's
+        descriptors are computed with (a freshly initialized model would describe this
+        robot's frames with an encoder of its own, and its divergences would be noise).
+        Returns the card this robot declares from now on (None: stopped). Waits for a
+        coordinator that is down, saying so."""
         log = self.get_logger()
         own = self.learner.model
         declared = None if own is None else card_of(own).to_json()
+        reg = self._retried(
+            lambda: client.register(num_samples, labels, model_card=declared), "register"
+        )
+        if reg is None:
+            return None
+        source = f"the coordinator {self.params['coordinator']}"
+        if own is None:
+            initial = self._retried(
+                lambda: client.download_model(initial=True), "download the initial model"
+            )
+            if initial is None:
+                return None
+            model = initial_model(reg.model_card, initial.task.state, source)
+            self.learner.set_model(model)
+            log.info(f"built the served model: {card_of(model).describe()} (initial weights)")
+            return card_of(model).to_json()
+        check_served(own, reg.model_card, source)  # the coordinator checks too; older ones not
+        assert declared is not None
+        return declared
+
+    def _retried(self, call: Callable[[], T], what: str) -> T | None:
+        """``call()`` until it answers; a retryable failure (coordinator down) is logged and
+        retried with a backoff of 0.5 s doubling to 10 s. None: stopped meanwhile."""
         backoff = 0.5
         while True:
             try:
-                reg = client.register(num_samples, labels, model_card=declared)
-                break
+                return call()
             except CoordinatorCallError as exc:
                 if not exc.retryable or self.stop.is_set():
                     raise
                 self.learner.set_phase("waiting for the coordinator")
-                log.warning(
-                    f"coordinator {self.params['coordinator']}: {exc}; retrying",
+                self.get_logger().warning(
+                    f"coordinator {self.params['coordinator']}: {what}: {exc}; retrying",
                     throttle_duration_sec=30.0,
                 )
             if self.stop.wait(backoff):
                 return None
             backoff = min(10.0, backoff * 2)
-        source = f"the coordinator {self.params['coordinator']}"
-        if own is None:
-            model = model_from_card(reg.model_card, source)
-            self.learner.set_model(model)
-            log.info(f"built the served model: {card_of(model).describe()}")
-            return card_of(model).to_json()
-        check_served(own, reg.model_card, source)  # the coordinator checks too; older ones not
-        assert declared is not None
-        return declared
 
     def _train(self, rnd: int, task: TrainTask) -> ClientUpdate:
         self.get_logger().info(f"round {rnd}: training on {len(self.buffer)} frames")

@@ -173,8 +173,10 @@ def generate_launch_description() -> LaunchDescription:
         ),
         DeclareLaunchArgument(
             "weights",
-            description="the served initial weights (a card-carrying safetensors): the "
-            "robots' and depth nodes' descriptor encoder",
+            default_value="",
+            description="optional local copy of the served initial weights (a card-carrying "
+            "safetensors); empty: every node downloads the run's initial model from the "
+            "coordinator, the descriptors' frozen encoder",
         ),
         DeclareLaunchArgument("rate", default_value="20.0", description="playback rate factor"),
         DeclareLaunchArgument(

@@ -51,10 +51,9 @@ class ReplayTestPhase(ReplayCoordinator):
             "input_qos": qos,
             "resize_input": True,
             "queue_size": e.frames + 1,
-            # the routing descriptor from the served initial weights' encoder, as the
-            # benchmark describes its test sequences; every frame waits for the routed model
-            "weights": str(self.initial_path),
-            "answer_before_routed": False,
+            # no weights: the node downloads the run's initial model, whose encoder makes the
+            # routing descriptor (as the benchmark describes its test sequences), and every
+            # frame waits for the routed model
         }
         scorer = Child(
             e.name,

@@ -63,9 +63,8 @@ class ReplayTraining(ReplayTestPhase):
                     "input_qos": qos,
                     "join_frames": entry.frames if s.lossless else 0,
                     "descriptor_seed": c.seed,
-                    # the served initial weights: the descriptor's frozen encoder is the
-                    # benchmark's (a model built from the card alone is untrained)
-                    "weights": str(self.initial_path),
+                    # no weights: the robot downloads the run's initial model, the frozen
+                    # encoder of the benchmark's descriptors, as a deployed robot does
                 }
             )
         )

@@ -693,16 +693,24 @@ def test_plaintext_on_a_network_address_and_no_norm_bound_are_warned_at_start() 
     from fedepth_coordinator.config import config_from_dict
     from fedepth_coordinator.server import startup_warnings
 
-    default = startup_warnings(config_from_dict({}))  # 0.0.0.0, no TLS, no norm bound
-    assert len(default) == 2
+    # 0.0.0.0, no TLS, no norm bound, an untrained served model
+    default = startup_warnings(config_from_dict({}))
+    assert len(default) == 3
     assert "PLAINTEXT on 0.0.0.0" in default[0] and "tls.cert_file" in default[0]
     assert "server.host: 127.0.0.1" in default[0]
     assert "validation.max_update_norm" in default[1]
+    assert "freshly initialized newcrfs-lite" in default[2]
+    assert "model.initial_weights" in default[2]
     local = config_from_dict(
-        {"server": {"host": "127.0.0.1"}, "validation": {"max_update_norm": 10.0}}
+        {
+            "server": {"host": "127.0.0.1"},
+            "validation": {"max_update_norm": 10.0},
+            "model": {"name": None},
+        }
     )
     assert startup_warnings(local) == []
-    assert len(startup_warnings(config_from_dict({"server": {"host": "::1"}}))) == 1
+    ipv6 = {"server": {"host": "::1"}, "model": {"name": None}}
+    assert len(startup_warnings(config_from_dict(ipv6))) == 1
 
 
 def test_default_bind_logs_the_plaintext_warning_when_it_starts(

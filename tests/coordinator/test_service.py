@@ -44,6 +44,15 @@ def test_full_run_equals_the_in_process_strategy(
             for name, arr in expected[rid].items():
                 np.testing.assert_array_equal(got.task.state[name], arr)
 
+        # after the run the descriptors' encoder is still the initial model (from its blob)
+        initial = connect(server.port, robots[1]).download_model(initial=True)
+        assert initial.round == -1 and initial.task.recipe is None
+        assert initial.card is None  # the synthetic test model has no card
+        for name, arr in load_initial_model(config.model).items():
+            np.testing.assert_array_equal(initial.task.state[name], arr)
+        assert any(
+            not np.array_equal(initial.task.state[k], v) for k, v in expected[robots[0]].items()
+        )
         ops = connect(server.port, "ops")
         status = ops.fleet_status()
         assert status.phase is Phase.FINISHED and status.round == 3
@@ -88,6 +97,16 @@ def test_plans_wait_for_the_fleet_then_train(
         clients[rid].upload_descriptor(p.descriptor)
     plan = clients[robots[0]].round_plan(-1, wait_s=0.2)
     assert plan.action is PlanAction.WAIT and plan.phase is Phase.WAITING_FOR_FLEET
+    # before the fleet forms, a robot gets the initial model (the frozen encoder its
+    # descriptor must come from), registered (robots[0]) or not yet (robots[3])
+    initial = load_initial_model(server.config.model)
+    for caller in (clients[robots[0]], clients[robots[3]]):
+        got = caller.download_model(initial=True).task.state
+        assert set(got) == set(initial)
+        assert all(np.array_equal(got[k], v) for k, v in initial.items())
+    with pytest.raises(CoordinatorCallError) as err:
+        clients[robots[0]].download_model(latest=True, initial=True)
+    assert err.value.status == "INVALID_ARGUMENT" and "not both" in err.value.details
     with pytest.raises(CoordinatorCallError) as err:
         clients[robots[0]].download_model(0)
     assert err.value.status == "FAILED_PRECONDITION" and "3/4 robots" in err.value.details

@@ -17,10 +17,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
 
 from fedepth.data import M3EDSequence, rosmsg
+from fedepth.descriptor import image_to_tensor
 from fedepth.models import create_model, save_weights
 from fedepth_cli.main import main as fedepth_main
 from fedepth_coordinator.auth import add_principal
@@ -120,9 +122,32 @@ class Federation:
     ops_token: str
 
 
-def small_federation(tmp_path: Path, principals: list[str]) -> Federation:
-    """Two rounds of FeDepth on loopback serving a fresh regression-lite with its card, every
-    robot's token in a file, and the recipe the robots train with (2 steps at 32x48)."""
+def initial_model(scenario: Path | None) -> torch.nn.Module:
+    """The served regression-lite: fresh, with its batch-norm statistics taken from the robots'
+    frames of ``scenario`` when given. A fresh encoder's deepest ReLU map is zero on every frame
+    (GeM at its eps, every descriptor the same, no divergence ever above 0); with the frames'
+    statistics its features respond to the frames, as a pretrained encoder's do."""
+    torch.manual_seed(0)
+    model = create_model("regression-lite", min_depth=MIN_DEPTH, max_depth=MAX_DEPTH)
+    if scenario is not None:
+        frames = [
+            image_to_tensor(f.rgb)
+            for _, seq in ROBOTS.values()
+            for f in M3EDSequence(*(scenario / f"{seq}{s}.h5" for s in ("_data", "_depth_gt")))
+        ]
+        model.train()
+        with torch.no_grad():
+            model(torch.stack(frames))
+        model.eval()
+    return model
+
+
+def small_federation(
+    tmp_path: Path, principals: list[str], scenario: Path | None = None
+) -> Federation:
+    """Two rounds of FeDepth on loopback serving a regression-lite (:func:`initial_model`) with
+    its card, every robot's token in a file, and the recipe the robots train with (2 steps at
+    32x48)."""
     creds = tmp_path / "credentials.yaml"
     token_files: dict[str, Path] = {}
     for principal in principals:
@@ -130,9 +155,7 @@ def small_federation(tmp_path: Path, principals: list[str]) -> Federation:
         token_files[principal].write_text(add_principal(creds, principal) + "\n")
     ops_token = add_principal(creds, "ops", "operator")
     initial = tmp_path / "initial.safetensors"
-    save_weights(
-        create_model("regression-lite", min_depth=MIN_DEPTH, max_depth=MAX_DEPTH), initial
-    )
+    save_weights(initial_model(scenario), initial)
     config = config_from_dict(
         {
             "server": {"host": "127.0.0.1", "port": 0, "max_wait_s": 2.0, "grace_s": 0.5},
@@ -164,7 +187,7 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
     bags = {ns: make_bag(smoke_hpe, seq, tmp_path / ns) for ns, (_, seq) in ROBOTS.items()}
     unseen_bag = make_bag(smoke_hpe, UNSEEN, tmp_path / "unseen")
 
-    fed = small_federation(tmp_path, [p for p, _ in ROBOTS.values()])
+    fed = small_federation(tmp_path, [p for p, _ in ROBOTS.values()], smoke_hpe)
     token_files, ops_token = fed.token_files, fed.ops_token
     coordinator = CoordinatorProcess(fed.config, log_path=tmp_path / "coordinator.log")
     port = coordinator.start()

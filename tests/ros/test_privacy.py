@@ -35,7 +35,7 @@ ALLOWED = {
     "UploadDescriptorRequest": {"robot_id", "descriptor"},  # fedepth asks for no summaries
     "Descriptor": {"mean", "var", "num_frames"},
     "GetRoundPlanRequest": {"robot_id", "after_round", "wait_s"},
-    "DownloadModelRequest": {"robot_id", "round", "latest"},
+    "DownloadModelRequest": {"robot_id", "round", "latest", "initial"},
     "UploadMessage": {"header"},
     "UploadHeader": {
         "robot_id",

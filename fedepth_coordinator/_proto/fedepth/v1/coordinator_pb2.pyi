@@ -145,14 +145,16 @@ class RoundPlan(_message.Message):
     def __init__(self, action: _Optional[_Union[PlanAction, str]] = ..., phase: _Optional[_Union[Phase, str]] = ..., round: _Optional[int] = ..., num_rounds: _Optional[int] = ..., deadline_unix: _Optional[float] = ..., model_bytes: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class DownloadModelRequest(_message.Message):
-    __slots__ = ("robot_id", "round", "latest")
+    __slots__ = ("robot_id", "round", "latest", "initial")
     ROBOT_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     LATEST_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_FIELD_NUMBER: _ClassVar[int]
     robot_id: str
     round: int
     latest: bool
-    def __init__(self, robot_id: _Optional[str] = ..., round: _Optional[int] = ..., latest: _Optional[bool] = ...) -> None: ...
+    initial: bool
+    def __init__(self, robot_id: _Optional[str] = ..., round: _Optional[int] = ..., latest: _Optional[bool] = ..., initial: _Optional[bool] = ...) -> None: ...
 
 class TrainRecipe(_message.Message):
     __slots__ = ("local_steps", "batch_size", "optimizer", "lr", "weight_decay", "momentum", "grad_clip", "schedule", "warmup_steps", "final_lr_fraction", "image_height", "image_width", "flip", "seed", "variance_focus")
