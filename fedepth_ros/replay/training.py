@@ -16,6 +16,7 @@ from fedepth_coordinator.simulate import CoordinatorProcess
 from fedepth_ros.replay.bags import BagEntry
 from fedepth_ros.replay.processes import Child, log_tail, node_cmd, ros_params, stop_all
 from fedepth_ros.replay.scheduler import Scheduler, robots_with_work
+from fedepth_ros.replay.spec import ReplayError
 from fedepth_ros.replay.testphase import ReplayTestPhase
 
 _POLL_S = 0.25
@@ -166,15 +167,19 @@ class ReplayTraining(ReplayTestPhase):
                 log = node.log
                 if robot.failures > s.robot_retries:
                     robot.dropped_at = f"round {status.round}" if formed else "enrolment"
-                    self.echo(
-                        f"{method}: robot {rid} exited with status {code} again ({log}): a "
-                        f"drop-out from {robot.dropped_at} on"
-                        + (
-                            ""
-                            if s.round_deadline_s > 0
-                            else "; without --round-deadline the round waits for it forever"
+                    died = f"{method}: robot {rid} exited with status {code} again ({log})"
+                    if not formed:  # the fleet forms with every robot: it never would
+                        raise ReplayError(
+                            f"{died} before the fleet formed, which needs all "
+                            f"{len(self.ids)} robots; fix or remove its bag and rerun"
                         )
-                    )
+                    if s.round_deadline_s <= 0:  # the round would wait for it forever
+                        raise ReplayError(
+                            f"{died}; round {status.round + 1} cannot close without it: rerun "
+                            "the same command with --round-deadline S (and --quorum Q) to go "
+                            "on without it from the last finished round"
+                        )
+                    self.echo(f"{died}: a drop-out from {robot.dropped_at} on")
                 else:
                     self.echo(
                         f"{method}: robot {rid} exited with status {code} ({log}):\n"
