@@ -33,8 +33,9 @@ import torch
 
 from fedepth.data.scenario import load_scenario
 from fedepth.data.torchdata import FrameDataset
+from fedepth.optconfig import OptimizerConfig, TrainConfig
 from fedepth.sim import SimConfig, evaluate_sequence
-from fedepth.training import LocalTrainer, OptimizerConfig, TrainConfig
+from fedepth.training import LocalTrainer
 
 
 def _size(text: str) -> tuple[int, int]:

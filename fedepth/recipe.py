@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-from fedepth.training import OPTIMIZERS, SCHEDULES, OptimizerConfig, TrainConfig
+from fedepth.optconfig import OPTIMIZERS, SCHEDULES, OptimizerConfig, TrainConfig
 
 _INT64 = 1 << 63
 _OPTIMIZER = OptimizerConfig()
@@ -75,7 +75,7 @@ class TrainRecipe:
     ``schedule`` is the learning-rate schedule WITHIN the ``local_steps`` of one round
     (``constant``, or ``cosine`` decaying to ``lr * final_lr_fraction`` at the last step),
     after ``warmup_steps`` of linear warmup (see
-    :meth:`fedepth.training.OptimizerConfig.step_lrs`). ``grad_clip`` is a max global gradient
+    :meth:`fedepth.optconfig.OptimizerConfig.step_lrs`). ``grad_clip`` is a max global gradient
     norm (None: no clipping); ``momentum`` applies to ``sgd`` only. ``image_size`` is (H, W):
     every frame is resized to it (bilinear RGB, nearest depth); ``flip`` mirrors frames
     left-right with probability 1/2. ``seed`` is the run's base seed: client ``cid`` trains
@@ -84,7 +84,7 @@ class TrainRecipe:
 
     local_steps: int = 5
     batch_size: int = 4
-    # the optimizer's defaults are those of fedepth.training.OptimizerConfig
+    # the optimizer's defaults are those of fedepth.optconfig.OptimizerConfig
     optimizer: Literal["adamw", "adam", "sgd"] = _OPTIMIZER.name
     lr: float = _OPTIMIZER.lr
     weight_decay: float = _OPTIMIZER.weight_decay
@@ -177,7 +177,7 @@ class TrainRecipe:
         )
 
     def train_config(self, seed: int, *, device: str | None = None) -> TrainConfig:
-        """The :class:`~fedepth.training.TrainConfig` of one round trained with ``seed``."""
+        """The :class:`~fedepth.optconfig.TrainConfig` of one round trained with ``seed``."""
         return TrainConfig(
             num_steps=self.local_steps,
             batch_size=self.batch_size,

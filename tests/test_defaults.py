@@ -1,5 +1,5 @@
 """One typed source per default: depth ranges (fedepth.depth_range), the training recipe
-(fedepth.recipe.TrainRecipe, its optimizer settings from fedepth.training.OptimizerConfig).
+(fedepth.recipe.TrainRecipe, its optimizer settings from fedepth.optconfig.OptimizerConfig).
 
 Every other place that needs such a default takes it from there; these tests fail when one of
 them grows its own value again."""
@@ -17,9 +17,9 @@ from fedepth import depth_range
 from fedepth.data.sequence import SequenceMeta
 from fedepth.depth_range import FLEET, INDOOR, OUTDOOR, DepthRange
 from fedepth.models import ModelCard, create_model
+from fedepth.optconfig import OptimizerConfig
 from fedepth.recipe import TrainRecipe
 from fedepth.sim import SimConfig
-from fedepth.training import OptimizerConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

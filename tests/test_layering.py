@@ -65,3 +65,23 @@ def test_importing_every_module_loads_no_higher_layer(package: str) -> None:
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(found["imported"]) > 10, found["imported"]  # the walk did find the package
     assert found["loaded"] == [], f"importing {package} loaded {found['loaded']}"
+
+
+#: modules whose processes never run a network, so must not pay torch's import (seconds of
+#: CPU per process: a fleet replay starts a bag_player with every robot it (re)starts)
+TORCH_FREE = (
+    "fedepth.recipe",
+    "fedepth.optconfig",
+    "fedepth_ros.params",
+    "fedepth_ros.bag_player",
+)
+
+
+@pytest.mark.parametrize("module", TORCH_FREE)
+def test_modules_that_run_no_network_do_not_import_torch(module: str) -> None:
+    probe = f"import sys, {module}; print('torch' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "False", f"importing {module} loaded torch"

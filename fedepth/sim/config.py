@@ -15,9 +15,9 @@ from typing import Any
 
 from fedepth.depth_range import FLEET
 from fedepth.models import DepthModel, create_model
+from fedepth.optconfig import TrainConfig
 from fedepth.recipe import TrainRecipe, round_lr
 from fedepth.strategies.pacfl import BASIS_SIZE
-from fedepth.training import TrainConfig
 from fedepth.updates import UpdateBounds
 
 #: torch threads of :func:`pretrain` unless configured otherwise

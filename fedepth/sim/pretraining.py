@@ -13,8 +13,9 @@ from tqdm import tqdm
 from fedepth.data.scenario import Scenario
 from fedepth.data.torchdata import FrameDataset
 from fedepth.models import DepthModel
+from fedepth.optconfig import OptimizerConfig, TrainConfig
 from fedepth.sim.config import SimConfig
-from fedepth.training import LocalTrainer, OptimizerConfig, TrainConfig
+from fedepth.training import LocalTrainer
 
 
 def pretrain(scenario: Scenario, config: SimConfig, *, progress: bool = True) -> DepthModel:

@@ -10,10 +10,11 @@ import torch
 from torch import nn
 
 from fedepth.models.base import DepthOutput
+from fedepth.optconfig import OptimizerConfig, TrainConfig
 from fedepth.strategies.feddyn import GRAD_STATE, FedDynHook
 from fedepth.strategies.fedprox import FedProxHook
 from fedepth.strategies.scaffold import CONTROL_DELTA, ScaffoldHook
-from fedepth.training import LocalTrainer, OptimizerConfig, TrainConfig, TrainHook, TrainResult
+from fedepth.training import LocalTrainer, TrainHook, TrainResult
 
 LR, K = 0.1, 2
 W0, B0 = np.array([0.2, 0.3]), 0.4
