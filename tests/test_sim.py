@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -273,8 +274,18 @@ def test_pretraining_settings_name_their_own_cache_entry(
     )
     path = ensure_weights(spec, scenario)
     assert path.name.endswith(f"-2steps-s0-{spec.sim.pretrain_key()}.safetensors")
+    # the generator's own scenario given with --data: the name of the generated data's entry
+    assert path.name.startswith("hpe-smoke-g")
     default = ensure_weights(replace(spec, sim=replace(spec.sim, pretrain_threads=2)), scenario)
     assert default != path and default.is_file() and path.is_file()
+    # another data directory of the same scenario, profile and seed gets its own entry
+    other = tmp_path / "edited"
+    shutil.copytree(smoke_hpe, other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["generator_version"] = -1  # say, data from elsewhere in this layout
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    got = ensure_weights(replace(spec, data_dir=other), load_scenario(other))
+    assert got.name.startswith("hpe-smoke-d") and got.is_file() and got != path
     # every setting the checkpoint depends on is in its cache key
     for change in ({"pretrain_lr": 2e-3}, {"pretrain_warmup": 0.2}, {"pretrain_batch": 4}):
         assert replace(spec.sim, **change).pretrain_key() != spec.sim.pretrain_key()  # type: ignore[arg-type]

@@ -7,6 +7,8 @@ which :func:`check_weights` loads before a long run, to fail fast).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 from pathlib import Path
@@ -49,10 +51,8 @@ def ensure_weights(spec: BenchSpec, scenario: Scenario) -> Path:
     """The initial checkpoint: the user's weights, or pretrained once and cached."""
     if spec.weights is not None:
         return spec.weights
-    from fedepth.data.synth.generate import GENERATOR_VERSION
-
     c = spec.sim
-    data = "" if spec.data_dir is not None else f"-g{GENERATOR_VERSION}"
+    data = _data_tag(spec, scenario)
     name = (
         f"{spec.scenario}-{spec.profile}{data}-{c.model}-{c.image_size[0]}x{c.image_size[1]}"
         f"-{c.pretrain_steps}steps-s{c.seed}-{c.pretrain_key()}.safetensors"
@@ -65,6 +65,27 @@ def ensure_weights(spec: BenchSpec, scenario: Scenario) -> Path:
         save_weights(model, tmp)
         tmp.replace(path)
     return path
+
+
+def _data_tag(spec: BenchSpec, scenario: Scenario) -> str:
+    """What names the pretraining data in a cache entry's name: ``-g<generator version>`` for
+    the scenario this project's generator makes for the spec's scenario, profile and seed
+    (generated here, or given with ``--data`` and its manifest says so: the same frames, the
+    same checkpoint), else ``-d<hash of its manifest>``, so that two different data
+    directories of one scenario, profile and seed never share a checkpoint."""
+    from fedepth.data.synth.generate import GENERATOR_VERSION
+
+    generated = f"-g{GENERATOR_VERSION}"
+    if spec.data_dir is None:
+        return generated
+    raw = (scenario.root / "manifest.json").read_bytes()
+    manifest = json.loads(raw)
+    made_here = manifest.get("generator_version") == GENERATOR_VERSION and (
+        manifest.get("scenario"),
+        manifest.get("profile"),
+        manifest.get("seed"),
+    ) == (spec.scenario, spec.profile, spec.sim.seed)
+    return generated if made_here else f"-d{hashlib.sha256(raw).hexdigest()[:10]}"
 
 
 def check_weights(config: SimConfig, weights: Path) -> None:
