@@ -49,8 +49,9 @@ ROBOT_NODE: ParamSpec = {
     "environment": ("", "label sent at Register, e.g. urban, forest, indoor ('' = not sent)"),
     "weights": (
         "",
-        "initial safetensors weights with a model card, declared at Register ('' = build the "
-        "model the coordinator's card names)",
+        "initial safetensors weights with a model card, declared at Register and used for "
+        "the descriptor ('' = the coordinator's card's model with the run's initial weights, "
+        "downloaded)",
     ),
     "threads": (0, "torch CPU threads, set before the first forward (0 = torch's default)"),
     "buffer_size": (256, "frames kept in memory (drop-oldest)"),
@@ -96,7 +97,8 @@ DEPTH_NODE: ParamSpec = {
     "weights": (
         "",
         "local safetensors weights with a model card: used alone when coordinator is '', and "
-        "until routed ('' = build the model the coordinator's card names)",
+        "for the routing descriptor and until routed ('' = the coordinator's card's model with "
+        "the run's initial weights, downloaded)",
     ),
     "coordinator": ("localhost:50051", "host:port of the coordinator ('' = local weights only)"),
     "token_file": ("", "file holding the credential token ('' = none)"),
