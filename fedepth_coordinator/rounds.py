@@ -216,9 +216,9 @@ class RoundController:
     def initial_model(self, caller: str) -> ModelStream:
         """The run's initial model, the frozen encoder of every descriptor (FeDepth Sec. 3.3):
         a robot or depth node without weights of its own describes its frames with it, so
-        that every descriptor of the run comes from the same encoder. Any authenticated
-        caller may download it (a Route answer carries more), before the fleet forms (from
-        memory) and after (from the run's initial blob, which a restart keeps)."""
+        that every descriptor of the run comes from the same encoder. Any robot principal
+        may download it, registered or not (a Route answer carries more), before the fleet
+        forms (from memory) and after (from the run's initial blob, which a restart keeps)."""
         s = self._state
         with s.cond:
             held, card = s.initial, s.model_card

@@ -47,6 +47,7 @@ from fedepth_ros.learner import (
 )
 from fedepth_ros.node_common import NodeConfigError, WorkerNode, connect, run_node, stream_qos
 from fedepth_ros.params import ROBOT_NODE, declare_parameters
+from fedepth_ros.routing import retry_until_stopped
 from fedepth_ros.sync import FrameBuffer, Pair, PairSync
 
 T = TypeVar("T")
@@ -297,23 +298,21 @@ class RobotNode(WorkerNode):
         return declared
 
     def _retried(self, call: Callable[[], T], what: str) -> T | None:
-        """``call()`` until it answers; a retryable failure (coordinator down) is logged and
-        retried with a backoff of 0.5 s doubling to 10 s. None: stopped meanwhile."""
-        backoff = 0.5
-        while True:
-            try:
-                return call()
-            except CoordinatorCallError as exc:
-                if not exc.retryable or self.stop.is_set():
-                    raise
-                self.learner.set_phase("waiting for the coordinator")
-                self.get_logger().warning(
-                    f"coordinator {self.params['coordinator']}: {what}: {exc}; retrying",
-                    throttle_duration_sec=30.0,
-                )
-            if self.stop.wait(backoff):
-                return None
-            backoff = min(10.0, backoff * 2)
+        """``call()`` until it answers (:func:`fedepth_ros.routing.retry_until_stopped`): a
+        retryable failure (coordinator down) is logged and retried, any other raised. None:
+        stopped meanwhile."""
+
+        def on_failure(exc: CoordinatorCallError, backoff: float) -> None:
+            if not exc.retryable:
+                raise exc
+            self.learner.set_phase("waiting for the coordinator")
+            self.get_logger().warning(
+                f"coordinator {self.params['coordinator']}: {what}: {exc}; retrying",
+                throttle_duration_sec=30.0,
+            )
+            self.stop.wait(backoff)
+
+        return retry_until_stopped(call, self.stop, on_failure)
 
     def _train(self, rnd: int, task: TrainTask) -> ClientUpdate:
         self.get_logger().info(f"round {rnd}: training on {len(self.buffer)} frames")
