@@ -14,7 +14,7 @@ from fedepth.bench import BenchSpec, sim_config
 from fedepth.bench.inputs import ensure_weights
 from fedepth.sim import SimConfig
 from fedepth_ros.replay.bags import read_bags, robot_id_of, write_scenario_bags
-from fedepth_ros.replay.processes import Child
+from fedepth_ros.replay.processes import Child, NodeForkServer
 from fedepth_ros.replay.spec import ReplayError, ReplaySpec
 
 
@@ -32,6 +32,8 @@ class ReplayInputs:
         )
         self.env.setdefault("OMP_NUM_THREADS", "1")
         self.children: list[Child] = []
+        #: nodes are forked from one interpreter that imported them (None: fresh ones)
+        self.forks = NodeForkServer() if spec.fork_nodes else None
         self._prestarted: dict[int, tuple[Child, Child]] = {}
         self.t0 = time.perf_counter()
 

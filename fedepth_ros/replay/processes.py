@@ -1,17 +1,30 @@
 """The replay's child processes: started in their own session (dying with the driver),
-logging to a file, sampled for peak memory, stopped with SIGINT then SIGKILL; and the
-command lines of the nodes they run."""
+logging to a file, sampled for peak memory, stopped with SIGINT then SIGKILL; the command
+lines of the nodes they run; and the fork server that starts the nodes without paying for an
+interpreter and its imports each time (:class:`NodeForkServer`)."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import multiprocessing
+import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+#: The node modules a fork server imports once (torch, rclpy, gRPC come with them).
+PRELOAD = (
+    "fedepth_ros.robot_node",
+    "fedepth_ros.depth_node",
+    "fedepth_ros.bag_player",
+    "fedepth_ros.depth_scorer",
+)
 
 
 def _peak_rss(pid: int) -> int:
@@ -43,22 +56,137 @@ def _die_with_parent() -> None:
         pass
 
 
+class Process(Protocol):
+    """What :class:`Child` uses of a process (:class:`subprocess.Popen` has it)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+def _forked_node(module: str, argv: list[str], log: str, env: dict[str, str]) -> None:
+    """The body of a forked node: what ``python -m module argv...`` would do after its imports
+    (its own session, SIGTERM when the fork server dies, output into ``log``, ``env`` as its
+    environment), with the modules already imported by the fork server."""
+    os.setsid()
+    if os.getppid() != 1:
+        _die_with_parent()
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    for std in (1, 2):
+        os.dup2(fd, std)
+    os.close(fd)
+    os.environ.clear()
+    os.environ.update(env)
+    main = importlib.import_module(module).main
+    sys.exit(main([module, *argv]))
+
+
+class ForkedProcess:
+    """A node forked by a :class:`NodeForkServer`, with the part of the Popen API that
+    :class:`Child` uses."""
+
+    def __init__(self, proc: BaseProcess, cmd: Sequence[str]) -> None:
+        self._proc, self._cmd = proc, list(cmd)
+
+    @property
+    def pid(self) -> int:
+        return int(self._proc.pid or 0)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.exitcode
+
+    def poll(self) -> int | None:
+        return self._proc.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._proc.join(timeout)
+        code = self._proc.exitcode
+        if code is None:
+            raise subprocess.TimeoutExpired(self._cmd, timeout or 0.0)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self._proc.exitcode is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self._proc.kill()
+
+
+class NodeForkServer:
+    """Starts the replay's nodes as forks of one interpreter that imported them once.
+
+    A node started as ``python -m fedepth_ros.robot_node`` spends about 6 s of CPU importing
+    torch, rclpy and gRPC before it does anything (measured here); a replay with more robots
+    than ``--max-robots`` starts robots every round, so that start was most of a round's
+    time. A forked node runs the same ``main`` with the same arguments in its own process
+    (own pid, session, log, exit status, ROS context and DDS participant); only the
+    interpreter start and the imports are shared, copy-on-write, with the fork server
+    (:mod:`multiprocessing`'s ``forkserver``: it imports :data:`PRELOAD`, never initializes
+    rclpy, starts no torch thread and opens no gRPC channel, so nothing that a fork breaks is
+    running when it forks). Resident memory is counted per process as before (the shared
+    pages in each). The fork server exits with the driver, its nodes with it
+    (``PR_SET_PDEATHSIG``).
+    """
+
+    def __init__(self, preload: Sequence[str] = PRELOAD) -> None:
+        multiprocessing.set_forkserver_preload(list(preload))
+        self._ctx = multiprocessing.get_context("forkserver")
+
+    def start(self, cmd: Sequence[str], log: Path, env: Mapping[str, str]) -> Process:
+        """Start ``cmd`` (a :func:`node_cmd` command line) as a fork."""
+        if list(cmd[:2]) != [sys.executable, "-m"] or len(cmd) < 3:
+            raise ValueError(f"not a node command line: {list(cmd)[:3]}")
+        module, argv = cmd[2], list(cmd[3:])
+        proc = self._ctx.Process(
+            target=_forked_node,
+            args=(module, argv, str(log), dict(env)),
+            name=module.rsplit(".", 1)[-1],
+            daemon=True,  # terminated if the driver exits with it still running
+        )
+        proc.start()
+        return ForkedProcess(proc, cmd)
+
+
 class Child:
     """One child process (its own session: a terminal's Ctrl-C reaches only the driver, which
-    stops the children in order), logging to a file."""
+    stops the children in order), logging to a file; forked by ``forks`` when given (see
+    :class:`NodeForkServer`), else a fresh interpreter."""
 
-    def __init__(self, name: str, cmd: Sequence[str], log: Path, env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        name: str,
+        cmd: Sequence[str],
+        log: Path,
+        env: Mapping[str, str],
+        forks: NodeForkServer | None = None,
+    ) -> None:
         self.name, self.log = name, log
         log.parent.mkdir(parents=True, exist_ok=True)
+        self.proc: Process
         with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                list(cmd),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=dict(env),
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
+            if forks is not None:
+                self.proc = forks.start(cmd, log, env)
+            else:
+                self.proc = subprocess.Popen(
+                    list(cmd),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=dict(env),
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                )
         self.peak_rss = 0
         self.stopping = False
 

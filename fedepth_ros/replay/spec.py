@@ -38,4 +38,5 @@ class ReplaySpec:
     robot_retries: int = 1
     coordinator_restarts: int = 1
     start_timeout_s: float = 600.0
+    fork_nodes: bool = True
     progress: bool = True

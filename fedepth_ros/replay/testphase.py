@@ -60,12 +60,14 @@ class ReplayTestPhase(ReplayCoordinator):
             node_cmd("depth_scorer") + ns + ros_params(scorer_params),
             logs / f"test{i:03d}.scorer.log",
             self.env,
+            self.forks,
         )
         node = Child(
             e.name,
             node_cmd("depth_node") + ns + ros_params(node_params),
             logs / f"test{i:03d}.depth.log",
             self.env,
+            self.forks,
         )
         self.children += [scorer, node]
         return scorer, node
@@ -93,6 +95,7 @@ class ReplayTestPhase(ReplayCoordinator):
             ],
             sdir / "logs" / f"test{i:03d}.player.log",
             self.env,
+            self.forks,
         )
         self.children.append(player)
         return player

@@ -111,8 +111,10 @@ class ReplayTraining(ReplayTestPhase):
         robot.starts += 1
         robot_cmd, player_cmd = self._robot_cmds(robot.rid, robot.entry, target, sdir)
         logs = sdir / "logs"
-        node = Child(robot.rid, robot_cmd, logs / f"{robot.rid}.robot.log", self.env)
-        player = Child(robot.rid, player_cmd, logs / f"{robot.rid}.player.log", self.env)
+        node = Child(robot.rid, robot_cmd, logs / f"{robot.rid}.robot.log", self.env, self.forks)
+        player = Child(
+            robot.rid, player_cmd, logs / f"{robot.rid}.player.log", self.env, self.forks
+        )
         self.children += [node, player]
         return node, player
 

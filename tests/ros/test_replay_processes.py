@@ -1,0 +1,82 @@
+"""The replay's forked nodes (fedepth_ros.replay.processes.NodeForkServer): a forked node is a
+process of its own with the environment, log and exit status the driver gave it, as a fresh
+interpreter's would be."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sensor_msgs.msg import CameraInfo, Image
+
+from fedepth.data import rosmsg
+from fedepth.data.bag_writer import synthetic_frames
+from fedepth_ros.replay.processes import Child, NodeForkServer, node_cmd, ros_params
+
+from .conftest import N_FRAMES, RATE_HZ, TIMEOUT, Listener, ros_domain_id
+
+pytestmark = pytest.mark.ros
+
+
+@pytest.fixture(scope="module")
+def forks() -> Iterator[NodeForkServer]:
+    yield NodeForkServer(preload=("fedepth_ros.bag_player",))
+
+
+def _player(bag: Path, ns: str, **params: Any) -> list[str]:
+    ros = ["--ros-args", "-r", f"__ns:={ns}", *ros_params({"bag": str(bag), **params})]
+    return [*node_cmd("bag_player"), *ros]
+
+
+def test_a_forked_node_fails_with_its_own_status_and_log(
+    forks: NodeForkServer, bags: dict[str, Path], ros_env: dict[str, str], tmp_path: Path
+) -> None:
+    log = tmp_path / "player.log"
+    child = Child("p", _player(bags["mcap"], "/t", topics="/image,/lidar"), log, ros_env, forks)
+    assert child.proc.wait(TIMEOUT) == 1
+    assert child.proc.pid != os.getpid()
+    assert "no topic /lidar" in log.read_text(encoding="utf-8")
+
+
+def test_a_forked_player_plays_in_the_domain_it_is_given_and_stops_on_sigint(
+    forks: NodeForkServer,
+    bags: dict[str, Path],
+    ros_env: dict[str, str],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    # the fork server runs already, started with another domain in its environment
+    Child("p0", _player(bags["mcap"], "/u", topics="/x"), tmp_path / "p0.log", ros_env, forks)
+    domain = ros_domain_id()
+    env = {**ros_env, "ROS_DOMAIN_ID": str(domain)}
+    topics = {"/t/image": Image, "/t/depth": Image, "/t/camera_info": CameraInfo}
+    listener = Listener(domain, topics)  # in the new domain only
+    request.addfinalizer(listener.close)
+    log = tmp_path / "player.log"
+    params = {"wait_for_subscribers": 1, "lossless": True, "qos_depth": N_FRAMES}
+    child = Child("p", _player(bags["mcap"], "/t", **params), log, env, forks)
+    assert listener.wait_for(dict.fromkeys(topics, N_FRAMES)), log.read_text(encoding="utf-8")
+    assert child.proc.wait(TIMEOUT) == 0
+    assert "published 60 messages" in log.read_text(encoding="utf-8")
+    expected = [f.stamp_ns for f in synthetic_frames(N_FRAMES, rate_hz=RATE_HZ)]
+    got = [rosmsg.stamp_to_ns(m.header.stamp) for _, m in listener.received["/t/image"]]
+    assert got == expected
+
+    # a player waiting for a subscriber that never comes: stopped by SIGINT, cleanly
+    waiting = Child(
+        "w",
+        _player(bags["mcap"], "/nobody", wait_for_subscribers=1),
+        tmp_path / "w.log",
+        env,
+        forks,
+    )
+    wlog, end = tmp_path / "w.log", time.monotonic() + TIMEOUT
+    while "playing" not in wlog.read_text(encoding="utf-8") and time.monotonic() < end:
+        time.sleep(0.05)  # until it waits for its subscribers
+    pid = waiting.proc.pid
+    assert waiting.alive() and os.getsid(pid) == pid  # a session of its own
+    assert waiting.stop(TIMEOUT) == 0, wlog.read_text(encoding="utf-8")
