@@ -18,12 +18,19 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Protocol
 
-#: The node modules a fork server imports once (torch, rclpy, gRPC come with them).
+#: What a fork server imports once: the node modules (torch, rclpy, gRPC come with them) and
+#: what torch imports only when a model is built and trained (about 1,050 modules: dynamo,
+#: inductor, sympy, DTensor, torchvision's feature extraction; 2.7 s of CPU in each forked
+#: robot otherwise). Importing them starts no thread. tests/ros/test_replay_processes.py
+#: checks that a robot's first descriptor and round import nothing of torch beyond these.
 PRELOAD = (
     "fedepth_ros.robot_node",
     "fedepth_ros.depth_node",
     "fedepth_ros.bag_player",
     "fedepth_ros.depth_scorer",
+    "torch._dynamo",
+    "torch.distributed.tensor",
+    "torchvision.models.feature_extraction",
 )
 
 

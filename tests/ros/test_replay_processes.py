@@ -5,6 +5,8 @@ interpreter's would be."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,3 +82,48 @@ def test_a_forked_player_plays_in_the_domain_it_is_given_and_stops_on_sigint(
     pid = waiting.proc.pid
     assert waiting.alive() and os.getsid(pid) == pid  # a session of its own
     assert waiting.stop(TIMEOUT) == 0, wlog.read_text(encoding="utf-8")
+
+
+_LAZY_IMPORTS = """
+import importlib, sys
+import numpy as np, torch
+from fedepth_ros.replay.processes import PRELOAD
+for name in PRELOAD:
+    importlib.import_module(name)
+torch.set_num_threads(1)
+before = set(sys.modules)
+from fedepth.data.sequence import Frame
+from fedepth.models import create_model, get_state
+from fedepth.recipe import TrainRecipe
+from fedepth.strategies import TrainTask
+from fedepth_ros.learner import BufferLearner, LearnerConfig
+from fedepth_ros.sync import FrameBuffer
+rng = np.random.default_rng(0)
+k = np.array([[20.0, 0, 32], [0, 20.0, 24], [0, 0, 1]])
+frames = [Frame(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8),
+                rng.uniform(0.5, 5, (48, 64)).astype(np.float32), k, i * 10**8) for i in range(4)]
+model = create_model("newcrfs-lite", min_depth=0.1, max_depth=80.0)
+with FrameBuffer(8) as buffer:
+    for f in frames:
+        buffer.push(f)
+    learner = BufferLearner("r", model, buffer, LearnerConfig(device="cpu", descriptor_frames=4))
+    learner.descriptor()
+    recipe = TrainRecipe(local_steps=1, batch_size=2, lr=1e-4, image_size=(32, 48))
+    learner.train(0, TrainTask(state=get_state(model), recipe=recipe))
+heavy = ("torch", "torchvision", "sympy", "triton")
+print(sorted(m for m in set(sys.modules) - before if m.split(".")[0] in heavy))
+"""
+
+
+def test_the_preload_holds_what_a_robots_first_round_imports() -> None:
+    """A forked robot would import whatever torch loads lazily on its first model, descriptor
+    and round (seconds of CPU each time): the fork server's PRELOAD must hold it."""
+    out = subprocess.run(
+        [sys.executable, "-c", _LAZY_IMPORTS],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"imported after PRELOAD: {out.stdout}"
