@@ -9,7 +9,9 @@ command line options below are a shorthand that overrides them, e.g.
 
 Topics are published relative to the node namespace by default (``/image`` in the bag ->
 ``image`` -> ``/robot1/image``), so namespaces and ``-r image:=camera/image`` remaps apply.
-Exit status: 0 after playing (or on Ctrl-C), 1 if the bag or a parameter is unusable.
+Exit status: 0 after playing (or on Ctrl-C), 1 if the bag or a parameter is unusable, 3
+(:data:`EXIT_NOT_ACKNOWLEDGED`) if ``lossless`` is set and a subscriber did not acknowledge
+every message within ``ack_timeout``: the loss-free delivery it promised did not happen.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ from rosbags.rosbag2 import Reader
 from fedepth.data.bags import BagError, detect_storage, iter_messages, open_bag, select_connections
 from fedepth_ros.dds import use_large_data_profile
 from fedepth_ros.params import BAG_PLAYER, declare_parameters
+
+#: Exit status of a lossless playback that a subscriber did not fully acknowledge.
+EXIT_NOT_ACKNOWLEDGED = 3
 
 NODE_NAME = "bag_player"
 
@@ -343,8 +348,10 @@ def main(args: list[str] | None = None) -> int:
         if node.start_delay > 0:
             stop.wait(node.start_delay)
         stats = node.play(stop)
-        if not stats.interrupted and not node.wait_for_acks():
-            logger.warning(f"not every message was acknowledged within {node.ack_timeout:g} s")
+        delivered = stats.interrupted or node.wait_for_acks()
+        if not delivered:
+            say = logger.error if node.lossless else logger.warning
+            say(f"not every message was acknowledged within {node.ack_timeout:g} s")
         if not node.context.ok():  # shut down by a signal: rosout is gone, log to the console
             logger = get_logger(f"{NODE_NAME}.exit")
         wall = (stats.last_wall_ns - stats.first_wall_ns) / 1e9
@@ -355,7 +362,7 @@ def main(args: list[str] | None = None) -> int:
             + (f", effective rate {bag / wall:.3f}" if wall > 0 else "")
             + (" (interrupted)" if stats.interrupted else "")
         )
-        return 0
+        return EXIT_NOT_ACKNOWLEDGED if node.lossless and not delivered else 0
     except BagError as exc:
         logger.error(str(exc))
         return 1

@@ -28,7 +28,11 @@ BAG_PLAYER: ParamSpec = {
     "wait_for_subscribers": (0, "wait until every publisher has this many subscribers"),
     "wait_timeout": (10.0, "give up waiting for subscribers after this many seconds"),
     "start_delay": (0.0, "seconds to wait before the first message (after the subscriber wait)"),
-    "ack_timeout": (5.0, "at the end, wait this long for subscribers to acknowledge everything"),
+    "ack_timeout": (
+        5.0,
+        "at the end, wait this long for subscribers to acknowledge everything (lossless: "
+        "exit status 3 if they did not)",
+    ),
     "lossless": (
         False,
         "keep every message until each subscriber acknowledged it (KEEP_ALL history: with "

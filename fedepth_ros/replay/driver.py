@@ -84,3 +84,5 @@ class FleetReplay(ReplayResults):
         """Stop every child still running (Ctrl-C, an error): the state stays resumable."""
         stop_all(self.children)
         self.children = []
+        if self.forks is not None:
+            self.forks.close()

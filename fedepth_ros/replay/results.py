@@ -108,7 +108,11 @@ class ReplayResults(ReplayTraining):
             },
             "robot_peak_rss_bytes_max": max(rss) if rss else 0,
             "robot_peak_rss_bytes_mean": float(np.mean(rss)) if rss else 0.0,
-            "cluster_members": [[self.ids[i] for i in members] for members in clusters],
+            # cluster indices count the strategy's clients: the coordinator's order (sorted
+            # ids), not necessarily the bags' order of self.ids
+            "cluster_members": [
+                [strategy.clients[i].cid for i in members] for members in clusters
+            ],
             "tests": replay_tests,
         }
         arrays = {f"{k}/{j}": a for k, v in samples.items() for s in v for j, a in enumerate(s)}
@@ -222,7 +226,9 @@ class ReplayResults(ReplayTraining):
             recs = {r.robot_id: r for r in store.load().robots}
         finally:
             store.close()
-        have = [rid for rid in self.ids if rid in recs and recs[rid].descriptor is not None]
+        # in the coordinator's member order (sorted ids, coordstate.ready), the order the
+        # strategies' cluster indices count in
+        have = sorted(r for r in self.ids if r in recs and recs[r].descriptor is not None)
         descs = [recs[rid].descriptor for rid in have]
         return FleetSummary(
             data_dir=str(self.bag_dir),

@@ -101,9 +101,11 @@ class ReplayTestPhase(ReplayCoordinator):
         return player
 
     def _prestart_tests(self, sdir: Path, target: str) -> None:
-        """During the last round: the first wave's scorers and depth nodes start (imports,
-        the served model), so the test phase does not wait for them; their players start
-        only once the run finished, so they route with the final models."""
+        """During the last round, with fresh interpreters (``--fresh-processes``): the first
+        wave's scorers and depth nodes start (imports, the served model), so the test phase
+        does not wait for them; their players start only once the run finished, so they
+        route with the final models. Forked nodes start in seconds: they are not
+        prestarted."""
         tdir = sdir / "test"
         todo = [
             (i, e) for i, e in enumerate(self.tests) if not (tdir / f"{e.name}.json").is_file()

@@ -139,3 +139,51 @@ def test_player_help_and_parameters_file(bags: dict[str, Path], ros_env: dict[st
     args = f"--ros-args --params-file {params} -p bag:={bags['mcap']} -p rate:=50.0"
     rc, log = finish(start_player(args.split(), ros_env))
     assert rc == 0 and "published 60 messages" in log, log
+
+
+_FROZEN_READER = """
+import time, rclpy
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import CameraInfo, Image
+rclpy.init()
+node = rclpy.create_node("reader")
+qos = QoSProfile(
+    history=HistoryPolicy.KEEP_ALL, depth=1000, reliability=ReliabilityPolicy.RELIABLE
+)
+subs = [
+    node.create_subscription(cls, topic, lambda m: None, qos)
+    for topic, cls in (("/t/image", Image), ("/t/depth", Image), ("/t/camera_info", CameraInfo))
+]
+while not all(s.get_publisher_count() for s in subs):
+    rclpy.spin_once(node, timeout_sec=0.05)
+end = time.monotonic() + 1.0  # the player's side of discovery: it then plays for 5 s
+while time.monotonic() < end:
+    rclpy.spin_once(node, timeout_sec=0.05)
+print("matched", flush=True)
+rclpy.spin(node)
+"""
+
+
+def test_a_lossless_player_whose_subscriber_never_acknowledges_exits_3(
+    bags: dict[str, Path], ros_env: dict[str, str]
+) -> None:
+    """The loss-free promise broken (a matched reliable reader that stops acknowledging: here
+    a process frozen with SIGSTOP) is an exit status, not only a warning: fedepth fleet
+    replay restarts the robot whose frames never arrived instead of waiting for it forever."""
+    reader = subprocess.Popen(
+        [sys.executable, "-c", _FROZEN_READER], env=ros_env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        # 1 s of bag played in 5 s; the reader freezes as soon as it sees the player
+        args = "--lossless --wait-for-subscribers 1 --rate 0.2 --ros-args -r __ns:=/t"
+        player = start_player(
+            [str(bags["mcap"]), *args.split(), "-p", "ack_timeout:=2.0"], ros_env
+        )
+        assert reader.stdout is not None and reader.stdout.readline().strip() == "matched"
+        reader.send_signal(signal.SIGSTOP)
+        rc, log = finish(player)
+    finally:
+        reader.kill()
+        reader.wait()
+    assert rc == 3, log
+    assert "not every message was acknowledged within 2 s" in log

@@ -4,6 +4,7 @@ interpreter's would be."""
 
 from __future__ import annotations
 
+import multiprocessing.forkserver
 import os
 import subprocess
 import sys
@@ -26,7 +27,9 @@ pytestmark = pytest.mark.ros
 
 @pytest.fixture(scope="module")
 def forks() -> Iterator[NodeForkServer]:
-    yield NodeForkServer(preload=("fedepth_ros.bag_player",))
+    server = NodeForkServer(preload=("fedepth_ros.bag_player",))
+    yield server
+    server.close()
 
 
 def _player(bag: Path, ns: str, **params: Any) -> list[str]:
@@ -42,6 +45,26 @@ def test_a_forked_node_fails_with_its_own_status_and_log(
     assert child.proc.wait(TIMEOUT) == 1
     assert child.proc.pid != os.getpid()
     assert "no topic /lidar" in log.read_text(encoding="utf-8")
+
+
+def test_closing_stops_the_fork_server_and_its_nodes_and_a_start_opens_a_new_one(
+    forks: NodeForkServer, bags: dict[str, Path], ros_env: dict[str, str], tmp_path: Path
+) -> None:
+    waiting = Child(
+        "w",
+        _player(bags["mcap"], "/nobody", wait_for_subscribers=1),
+        tmp_path / "w.log",
+        ros_env,
+        forks,
+    )
+    server = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+    assert server is not None and waiting.alive()
+    forks.close()
+    assert not waiting.alive()
+    with pytest.raises(ProcessLookupError):
+        os.kill(server, 0)  # exited and reaped
+    failing = _player(bags["mcap"], "/t", topics="/lidar")
+    assert Child("f", failing, tmp_path / "f.log", ros_env, forks).proc.wait(TIMEOUT) == 1
 
 
 def test_a_forked_player_plays_in_the_domain_it_is_given_and_stops_on_sigint(
