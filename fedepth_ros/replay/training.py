@@ -35,6 +35,16 @@ class RobotState:
     exits: list[int] = field(default_factory=list)
 
 
+def failed_process(node: Child, player: Child) -> Child | None:
+    """The process that failed a running robot: its ``robot_node`` if that exited, else its
+    ``bag_player`` if that exited with a status (a lossless player that exits 3 did not
+    deliver the bag, and the robot would wait for its frames forever: seen once in ~600
+    starts); None while both are fine (a player that finished with 0 is)."""
+    if not node.alive():
+        return node
+    return player if player.proc.poll() else None
+
+
 class ReplayTraining(ReplayTestPhase):
     """The robots of a method's rounds."""
 
@@ -160,14 +170,10 @@ class ReplayTraining(ReplayTestPhase):
                 work |= {rid for rid in self.ids if rid not in known}
             for rid, (node, player) in list(running.items()):
                 node.sample_memory()
-                played = player.proc.poll()
-                if node.alive() and not played:  # a player still playing, or done: fine
+                failed = failed_process(node, player)
+                if failed is None:
                     continue
                 robot = robots[rid]
-                # the robot died, or its player did: a lossless player that exits with a
-                # status did not deliver the bag (exit 3: not acknowledged), and the robot
-                # would wait for its frames forever (seen once in ~600 starts)
-                failed = player if node.alive() else node
                 code = failed.proc.returncode
                 what = "its bag_player" if failed is player else "it"
                 robot.failures += 1

@@ -19,6 +19,7 @@ from sensor_msgs.msg import CameraInfo, Image
 from fedepth.data import rosmsg
 from fedepth.data.bag_writer import synthetic_frames
 from fedepth_ros.replay.processes import Child, NodeForkServer, node_cmd, ros_params
+from fedepth_ros.replay.training import failed_process
 
 from .conftest import N_FRAMES, RATE_HZ, TIMEOUT, Listener, ros_domain_id
 
@@ -150,3 +151,25 @@ def test_the_preload_holds_what_a_robots_first_round_imports() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", f"imported after PRELOAD: {out.stdout}"
+
+
+def _child(tmp_path: Path, name: str, code: str) -> Child:
+    return Child(name, [sys.executable, "-c", code], tmp_path / f"{name}.log", dict(os.environ))
+
+
+def test_a_robot_fails_when_its_node_exits_or_its_player_exits_with_a_status(
+    tmp_path: Path,
+) -> None:
+    running = _child(tmp_path, "node", "import time; time.sleep(60)")
+    done, undelivered = (
+        _child(tmp_path, n, f"raise SystemExit({c})") for n, c in (("ok", 0), ("p3", 3))
+    )
+    dead = _child(tmp_path, "dead", "raise SystemExit(1)")
+    try:
+        for child in (done, undelivered, dead):
+            child.proc.wait(TIMEOUT)
+        assert failed_process(running, done) is None  # played its bag: fine
+        assert failed_process(running, undelivered) is undelivered  # exit 3: not delivered
+        assert failed_process(dead, done) is dead
+    finally:
+        running.stop(5.0)
