@@ -38,6 +38,14 @@ def _player(bag: Path, ns: str, **params: Any) -> list[str]:
     return [*node_cmd("bag_player"), *ros]
 
 
+def _waiting_player(
+    bags: dict[str, Path], tmp_path: Path, env: dict[str, str], forks: NodeForkServer
+) -> Child:
+    """A forked player that waits for a subscriber no one starts (logs to ``w.log``)."""
+    cmd = _player(bags["mcap"], "/nobody", wait_for_subscribers=1)
+    return Child("w", cmd, tmp_path / "w.log", env, forks)
+
+
 def test_a_forked_node_fails_with_its_own_status_and_log(
     forks: NodeForkServer, bags: dict[str, Path], ros_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -51,13 +59,7 @@ def test_a_forked_node_fails_with_its_own_status_and_log(
 def test_closing_stops_the_fork_server_and_its_nodes_and_a_start_opens_a_new_one(
     forks: NodeForkServer, bags: dict[str, Path], ros_env: dict[str, str], tmp_path: Path
 ) -> None:
-    waiting = Child(
-        "w",
-        _player(bags["mcap"], "/nobody", wait_for_subscribers=1),
-        tmp_path / "w.log",
-        ros_env,
-        forks,
-    )
+    waiting = _waiting_player(bags, tmp_path, ros_env, forks)
     server = multiprocessing.forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
     assert server is not None and waiting.alive()
     forks.close()
@@ -93,13 +95,7 @@ def test_a_forked_player_plays_in_the_domain_it_is_given_and_stops_on_sigint(
     assert got == expected
 
     # a player waiting for a subscriber that never comes: stopped by SIGINT, cleanly
-    waiting = Child(
-        "w",
-        _player(bags["mcap"], "/nobody", wait_for_subscribers=1),
-        tmp_path / "w.log",
-        env,
-        forks,
-    )
+    waiting = _waiting_player(bags, tmp_path, env, forks)
     wlog, end = tmp_path / "w.log", time.monotonic() + TIMEOUT
     while "playing" not in wlog.read_text(encoding="utf-8") and time.monotonic() < end:
         time.sleep(0.05)  # until it waits for its subscribers
