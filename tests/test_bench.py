@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import defaultdict
 from dataclasses import replace
@@ -247,21 +248,26 @@ def test_an_interrupted_benchmark_resumes_to_the_numbers_of_an_uninterrupted_one
     assert (out / "report.md").is_file() and (out / "curves.png").stat().st_size > 1000
 
 
-@pytest.mark.slow
-def test_seeds_are_averaged_and_more_seeds_or_methods_run_only_the_missing_pairs(
-    smoke_hpe: Path, tmp_path: Path
-) -> None:
-    cfg = replace(CFG, rounds=2, last_rounds=1, pretrain_steps=2, pretrain_batch=2)
-    spec = BenchSpec(
+def _pretraining_spec(data: Path, tmp_path: Path, *, rounds: int) -> BenchSpec:
+    """FedAvg on the smoke data, its initial model pretrained (2 steps) into a fresh cache."""
+    return BenchSpec(
         scenario="hpe",
         profile="smoke",
         methods=("fedavg",),
         out=tmp_path / "out",
-        sim=cfg,
-        data_dir=smoke_hpe,
+        sim=replace(CFG, rounds=rounds, last_rounds=1, pretrain_steps=2, pretrain_batch=2),
+        data_dir=data,
         cache_dir=tmp_path / "cache",
         progress=False,
     )
+
+
+@pytest.mark.slow
+def test_seeds_are_averaged_and_more_seeds_or_methods_run_only_the_missing_pairs(
+    smoke_hpe: Path, tmp_path: Path
+) -> None:
+    spec = _pretraining_spec(smoke_hpe, tmp_path, rounds=2)
+    cfg = spec.sim
     one = run_benchmark(spec, echo=lambda _: None)
     assert one["methods"]["fedavg"]["abs_rel_std"] == 0.0
     assert list(one["methods"]["fedavg"]["seeds"]) == ["0"] and list(one["seeds"]) == ["0"]
@@ -296,6 +302,41 @@ def test_seeds_are_averaged_and_more_seeds_or_methods_run_only_the_missing_pairs
     fresh = run_benchmark(replace(spec, fresh=True, seeds=(1,)), echo=lambda _: None)
     assert list(fresh["methods"]["fedavg"]["seeds"]) == ["1"]
     assert not (spec.out / "state" / "seed0").exists()
+
+
+def test_each_seed_records_its_checkpoint_and_a_seed_started_elsewhere_is_not_added_to(
+    smoke_hpe: Path, tmp_path: Path
+) -> None:
+    import torch
+
+    spec = _pretraining_spec(smoke_hpe, tmp_path, rounds=1)
+    cfg = spec.sim
+    one = run_benchmark(spec, echo=lambda _: None)
+    (cached,) = (tmp_path / "cache" / "pretrain").glob("*.safetensors")
+    start = one["seeds"]["0"]
+    assert start["weights"] == str(cached)
+    assert start["weights_sha256"] == hashlib.sha256(cached.read_bytes()).hexdigest()
+    assert start["machine"]["torch"] == torch.__version__ and start["machine"]["cores"] >= 1
+    assert start["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert f"seed 0 `{start['weights_sha256'][:12]}`" in (spec.out / "report.md").read_text()
+
+    # the cached checkpoint pretrained again elsewhere (here: replaced by another model)
+    save_weights(initial_model(replace(cfg, seed=7)), cached)
+    other = hashlib.sha256(cached.read_bytes()).hexdigest()
+    more = replace(spec, methods=("fedavg", "fedprox"))
+    with pytest.raises(
+        OutConflictError,
+        match=rf"seed 0's runs \(fedavg\) started from a checkpoint with SHA-256 "
+        rf"{start['weights_sha256'][:12]}, pretrained on .+; {cached} has {other[:12]} here",
+    ):
+        run_benchmark(more, echo=lambda _: None)
+    assert not (spec.out / "state" / "seed0" / "fedprox").exists()
+    # what is finished still loads without a check (nothing is added), --fresh starts over
+    again = run_benchmark(spec, echo=lambda _: None)
+    assert again["seeds"]["0"]["weights_sha256"] == start["weights_sha256"]
+    fresh = run_benchmark(replace(more, fresh=True), echo=lambda _: None)
+    assert fresh["seeds"]["0"]["weights_sha256"] == other
+    assert set(fresh["methods"]) == {"fedavg", "fedprox"}
 
 
 def _bench_cli(out: Path, data: Path, weights: Path, *extra: str) -> int:

@@ -1,14 +1,21 @@
 """What the report and the figures need of one seed's fleet, kept in its state directory.
 
 :class:`FleetSummary`: the clients, the test sequences and the client descriptors, so that a
-run whose pairs all finished earlier needs neither the data nor the descriptors again.
+run whose pairs all finished earlier needs neither the data nor the descriptors again, and
+where the seed's runs started from: the initial checkpoint's SHA-256 and the machine
+(:func:`machine`). The same seed gives the same checkpoint on one machine, but not on a CPU
+with other kernels, so the checksum is what tells two runs of a seed apart.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass
+import os
+import platform
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,13 +35,21 @@ class FleetSummary:
     test: list[str]  # test sequence names
     means: np.ndarray  # client descriptors (N, D)
     variances: np.ndarray
+    #: SHA-256 of the initial checkpoint (None: recorded before checksums were kept)
+    weights_sha256: str | None = None
+    #: the machine the fleet was prepared on (:func:`machine`; empty: not recorded)
+    machine: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, fleet: Fleet, data_dir: Path, weights: Path) -> FleetSummary:
+    def of(
+        cls, fleet: Fleet, data_dir: Path, weights: Path, weights_sha256: str | None = None
+    ) -> FleetSummary:
         means, variances = stack_descriptors([i.descriptor for i in fleet.infos if i.descriptor])
         return cls(
             data_dir=str(data_dir),
             weights=str(weights),
+            weights_sha256=weights_sha256 or file_sha256(weights),
+            machine=machine(),
             clients=[
                 {
                     "name": i.cid,
@@ -56,10 +71,21 @@ class FleetSummary:
             {
                 "data_dir": self.data_dir,
                 "weights": self.weights,
+                "weights_sha256": self.weights_sha256,
+                "machine": self.machine,
                 "clients": self.clients,
                 "test": self.test,
             },
         )
+
+    def provenance(self) -> dict[str, Any]:
+        """Where the seed's runs started from: data, checkpoint, its checksum, the machine."""
+        return {
+            "data_dir": self.data_dir,
+            "weights": self.weights,
+            "weights_sha256": self.weights_sha256,
+            "machine": self.machine,
+        }
 
     @classmethod
     def load(cls, directory: Path) -> FleetSummary | None:
@@ -74,4 +100,49 @@ class FleetSummary:
             test=head["test"],
             means=arrays["means"],
             variances=arrays["var"],
+            weights_sha256=head.get("weights_sha256"),
+            machine=dict(head.get("machine") or {}),
         )
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def machine() -> dict[str, Any]:
+    """What decides a run's floating-point results besides its settings: the CPU (its model
+    and the instruction set torch's kernels use), the core count and the torch version."""
+    import torch
+
+    return {
+        "cpu": _cpu_model() or platform.machine(),
+        "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
+        "cores": os.cpu_count() or 0,
+        "torch": str(torch.__version__),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def describe_machine(m: dict[str, Any]) -> str:
+    """One phrase for a :func:`machine` record ("" when none was recorded)."""
+    if not m:
+        return ""
+    return (
+        f"{m.get('cpu', '?')} ({m.get('cores', '?')} cores, torch {m.get('torch', '?')}, "
+        f"kernels {m.get('cpu_capability', '?')})"
+    )

@@ -8,13 +8,13 @@ neutral value, :data:`ADDED_SETTINGS`, do not count).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from fedepth.bench.fleet_summary import file_sha256
 from fedepth.bench.spec import BenchSpec
 from fedepth.sim import config_dict
 
@@ -54,14 +54,6 @@ def state_dir(out: Path, seed: int) -> Path:
     return out / "state" / f"seed{seed}"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def run_config(spec: BenchSpec) -> dict[str, Any]:
     """The resolved configuration saved as config.json (``sim.seed``: the first seed)."""
     return {
@@ -76,7 +68,7 @@ def run_config(spec: BenchSpec) -> dict[str, Any]:
         "inputs": {
             "data": None if spec.data_dir is None else str(spec.data_dir.resolve()),
             "weights": None if spec.weights is None else str(spec.weights.resolve()),
-            "weights_sha256": None if spec.weights is None else _sha256(spec.weights),
+            "weights_sha256": None if spec.weights is None else file_sha256(spec.weights),
         },
     }
 

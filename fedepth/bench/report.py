@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fedepth.bench.combine import beyond_spread
+from fedepth.bench.fleet_summary import describe_machine
 from fedepth.bench.spec import sweep_name
 from fedepth.sim import TABLE_METRICS
 
@@ -101,6 +102,7 @@ def render_report(results: dict[str, Any]) -> str:
         ),
         "",
     ]
+    out += _provenance(results)
     if results.get("transport") == "grpc":
         local = [k for k, v in m.items() if v.get("transport") != "grpc"]
         out += [
@@ -255,6 +257,22 @@ def _group_row(entry: Mapping[str, Any]) -> dict[str, Any]:
     if "abs_rel_std" in entry:
         row["all_std"] = entry["abs_rel_std"]
     return row
+
+
+def _provenance(results: dict[str, Any]) -> list[str]:
+    """Where each seed started: its initial checkpoint's checksum and the machine."""
+    seeds = {s: v for s, v in (results.get("seeds") or {}).items() if v.get("weights_sha256")}
+    if not seeds:
+        return []
+    places = {describe_machine(v.get("machine") or {}) for v in seeds.values()} - {""}
+    sums = ", ".join(f"seed {s} `{v['weights_sha256'][:12]}`" for s, v in seeds.items())
+    where = f", prepared on {' and '.join(sorted(places))}" if places else ""
+    return [
+        f"Initial checkpoints (SHA-256): {sums}{where}. A seed gives the same numbers on the "
+        "same machine; a CPU whose kernels round differently pretrains another checkpoint "
+        "and gives other numbers (as another draw would).",
+        "",
+    ]
 
 
 def format_table(results: dict[str, Any]) -> str:

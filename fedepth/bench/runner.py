@@ -10,13 +10,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from fedepth.bench.combine import combine_seeds
 from fedepth.bench.figures import write_figures
-from fedepth.bench.fleet_summary import FleetSummary
+from fedepth.bench.fleet_summary import FleetSummary, describe_machine, file_sha256, machine
 from fedepth.bench.inputs import ensure_data, ensure_weights
-from fedepth.bench.outdir import check_out, clear_out, run_config, state_dir
+from fedepth.bench.outdir import OutConflictError, check_out, clear_out, run_config, state_dir
 from fedepth.bench.report import render_report
 from fedepth.bench.spec import BenchSpec, sweep_name
 from fedepth.data.scenario import load_scenario
@@ -148,9 +149,11 @@ class _Bench:
         remote: FleetRunner | None = None
         try:
             weights = ensure_weights(spec, scenario)
+            digest = file_sha256(weights)
+            self.check_same_start(seed, weights, digest)
             model = initial_model(spec.sim, str(weights))
             fleet = prepare_fleet(scenario, model, spec.sim, progress=spec.progress)
-            self.fleets[seed] = FleetSummary.of(fleet, root, weights)
+            self.fleets[seed] = FleetSummary.of(fleet, root, weights, digest)
             self.fleets[seed].save(sdir)
             if not todo:
                 return
@@ -223,6 +226,30 @@ class _Bench:
                 remote.close()
             scenario.close()
 
+    def check_same_start(self, seed: int, weights: Path, digest: str) -> None:
+        """Refuse to add runs to a seed whose finished or interrupted runs started from another
+        checkpoint (pretrained again on a CPU whose kernels round differently, or a replaced
+        cache file): the seed's table would mix two starting points."""
+        sdir = state_dir(self.spec.out, seed)
+        finished = sorted(
+            self.label(run.name)
+            for run in sdir.glob("*/")
+            if (run / "summary.json").is_file() or RunCheckpoint(run / "checkpoint").rounds_done()
+        )
+        earlier = FleetSummary.load(sdir)
+        if not finished or earlier is None or earlier.weights_sha256 in (None, digest):
+            return
+        where = describe_machine(earlier.machine)
+        raise OutConflictError(
+            f"{self.spec.out}: seed {seed}'s runs ({', '.join(finished)}) started "
+            f"from a checkpoint with SHA-256 {earlier.weights_sha256[:12]}"
+            + (f", pretrained on {where}" if where else "")
+            + f"; {weights} has {digest[:12]}"
+            + (f" here, on {describe_machine(machine())}" if where else "")
+            + " (the same settings pretrain another checkpoint on a CPU whose kernels round "
+            "differently); use another --out, or --fresh to start over"
+        )
+
     def keep(
         self, key: str, seed: int, summary: dict[str, Any], samples: dict[str, list[Sample]]
     ) -> None:
@@ -261,11 +288,7 @@ class _Bench:
             "scenario": spec.scenario,
             "profile": spec.profile,
             "seed": self.seeds[0],
-            "seeds": {
-                str(s): {"data_dir": self.fleets[s].data_dir, "weights": self.fleets[s].weights}
-                for s in self.seeds
-                if s in self.fleets
-            },
+            "seeds": {str(s): self.fleets[s].provenance() for s in self.seeds if s in self.fleets},
             "backbone": spec.sim.model,
             "data_dir": first.data_dir,
             "weights": first.weights,
