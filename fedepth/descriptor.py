@@ -194,7 +194,9 @@ def sample_indices(num_available: int, n: int, seed: int) -> np.ndarray:
     return np.sort(rng.choice(num_available, size=k, replace=False))
 
 
-FeatureFn = Callable[["torch.Tensor"], "torch.Tensor"]
+#: a frozen encoder: an RGB batch -> one non-negative feature map, or several (each is
+#: GeM-pooled, and the pooled vectors are concatenated)
+FeatureFn = Callable[["torch.Tensor"], "torch.Tensor | Sequence[torch.Tensor]"]
 
 
 class Frames(Protocol):
@@ -209,7 +211,8 @@ class DescriptorExtractor:
     """Frozen encoder -> GeM -> (mean, variance) over n sampled frames.
 
     ``encoder`` maps a (B, 3, H, W) float batch in [0, 1] (RGB) to a non-negative feature map
-    (B, C, h, w); pass a model's ``forward_features``. It runs in eval mode under
+    (B, C, h, w) or a list of them (each GeM-pooled, the vectors concatenated); pass a model's
+    ``forward_features``. It runs in eval mode under
     ``torch.inference_mode`` in batches of ``batch_size``, so memory does not grow with n.
     """
 
@@ -244,12 +247,15 @@ class DescriptorExtractor:
         """GeM vectors (B, C) of a (B, 3, H, W) batch."""
         import torch
 
-        module = getattr(self.encoder, "__self__", None)
+        # the model of a bound method, or of a functools.partial of one
+        bound = getattr(self.encoder, "func", self.encoder)
+        module = getattr(bound, "__self__", None)
         if isinstance(module, torch.nn.Module):
             module.eval()
         with torch.inference_mode():
             feats = self.encoder(images.to(self.device))
-            return gem(feats, p=self.p, eps=self.eps).cpu()
+            maps = [feats] if isinstance(feats, torch.Tensor) else list(feats)
+            return torch.cat([gem(f, p=self.p, eps=self.eps) for f in maps], dim=1).cpu()
 
     def _pooled_batches(
         self, frames: Frames, to_tensor: Callable[[Any], torch.Tensor] | None

@@ -122,6 +122,7 @@ def _bench_spec(
         rounds=args.rounds,
         local_steps=args.local_steps,
         round_schedule=args.round_schedule,
+        descriptor_layers=args.descriptor_layers,
         image_size=_size(args.image_size),
         pretrain_steps=args.pretrain_steps,
         pretrain_threads=args.pretrain_threads,
@@ -168,6 +169,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from fedepth.bench import OutConflictError, check_out, format_table, run_benchmark
 
     spec = _bench_spec(args, _methods(args.methods), _sweep(args.sweep))
+    if spec.transport == "grpc" and spec.sim.descriptor_layers != "shallow":
+        raise CliError(
+            "--descriptor-layers deepest: the robots of --transport grpc describe their data "
+            "with the default (shallow) maps; use the in-process transport"
+        )
     if spec.transport == "grpc" and spec.executor != "sequential":
         raise CliError(
             "--transport grpc trains in one process per robot; --executor does not apply"
@@ -348,6 +354,13 @@ def add_parsers(sub: Any) -> None:
         choices=("constant", "cosine"),  # fedepth.recipe.ROUND_SCHEDULES (torch-free here)
         help="learning rate across rounds: constant (default) or cosine (to 0.1 x lr in the "
         "last round)",
+    )
+    p.add_argument(
+        "--descriptor-layers",
+        choices=("shallow", "deepest"),  # fedepth.models.base.DESCRIPTOR_LAYERS (torch-free here)
+        help="encoder maps the client descriptor pools: shallow (default: every map of stride "
+        "<= 8) or deepest (the deepest map alone); robots always describe with the default, "
+        "so deepest needs the in-process transport",
     )
     p.add_argument("--pretrain-steps", type=int, help="steps of the cached pretraining")
     p.add_argument(

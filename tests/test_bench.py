@@ -25,6 +25,7 @@ from fedepth.bench import (
     sim_config,
 )
 from fedepth.models import save_weights
+from fedepth.models.base import DESCRIPTOR_LAYERS
 from fedepth.runstate import load_finished
 from fedepth.sim import TABLE_METRICS, RoundRecord, initial_model
 from fedepth.transport import TransportError
@@ -392,6 +393,55 @@ def test_bench_cli_resumes_refuses_other_settings_and_starts_over_with_fresh(
         len(json.loads((out / "results.json").read_text())["methods"]["fedavg"]["curves"]["round"])
         == 2
     )
+
+
+def test_the_descriptor_pools_the_shallow_maps_unless_told_and_an_older_out_does_not_resume(
+    smoke_hpe: Path, weights: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fedepth.bench import FleetSummary
+    from fedepth_cli.main import build_parser
+
+    bench = build_parser()._subparsers._group_actions[0].choices["bench"]  # type: ignore[union-attr]
+    (action,) = [a for a in bench._actions if a.dest == "descriptor_layers"]
+    assert tuple(action.choices or ()) == DESCRIPTOR_LAYERS
+
+    model = CFG.build_model()
+    dims = {}
+    for layers in DESCRIPTOR_LAYERS:
+        out = tmp_path / layers
+        spec = BenchSpec(
+            scenario="hpe",
+            profile="smoke",
+            methods=("fedavg",),
+            out=out,
+            sim=replace(CFG, rounds=1, last_rounds=1, descriptor_layers=layers),
+            data_dir=smoke_hpe,
+            weights=weights,
+            progress=False,
+        )
+        run_benchmark(spec, echo=lambda _: None)
+        fleet = FleetSummary.load(out / "state" / "seed0")
+        assert fleet is not None
+        dims[layers] = fleet.means.shape[1]
+    channels = model.encoder.channels
+    assert dims == {"shallow": sum(channels[:3]), "deepest": channels[-1]}
+
+    # a run recorded before the setting existed pooled the deepest map: it resumes as that,
+    # and is refused with the default, naming the setting
+    config = json.loads((tmp_path / "deepest" / "config.json").read_text())
+    del config["sim"]["descriptor_layers"]
+    (tmp_path / "deepest" / "config.json").write_text(json.dumps(config))
+    check_out(spec)  # the loop's last spec: deepest, on tmp_path / "deepest"
+    with pytest.raises(
+        OutConflictError, match="descriptor_layers=deepest; this command has descriptor_layers"
+    ):
+        check_out(replace(spec, sim=replace(spec.sim, descriptor_layers="shallow")))
+
+    # the robots of the gRPC transport describe with the default maps only
+    args = ("--descriptor-layers", "deepest", "--transport", "grpc", "--executor", "sequential")
+    assert _bench_cli(tmp_path / "grpc", smoke_hpe, weights, *args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "use the in-process transport" in err
 
 
 def test_an_out_with_unreadable_or_missing_settings_is_refused(tmp_path: Path) -> None:

@@ -81,6 +81,7 @@ ADDED_SETTINGS: dict[str, Any] = {
     "round_final_lr_fraction": 0.1,
     "max_update_norm": None,
     "max_group_norms": {},
+    "descriptor_layers": "deepest",
 }
 
 
@@ -116,7 +117,8 @@ def check_out(spec: BenchSpec) -> None:
         return
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
-        saved = _settings(config)
+        # a setting added since that run was written did then what its before-value does now
+        saved = {**ADDED_SETTINGS, **_settings(config)}
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise OutConflictError(
             f"{spec.out} holds a config.json that cannot be read ({exc}); "

@@ -3,10 +3,12 @@
 * ``forward(rgb)``: (B, 3, H, W) float RGB in [0, 1] -> metric depth (B, 1, H, W) at the input
   resolution, clamped to ``[min_depth, max_depth]``. The model applies ImageNet normalisation
   itself, so callers never normalise.
-* ``forward_features(rgb)``: the deepest encoder map passed through a ReLU (B, C, h, w), the
-  non-negative feature map the client descriptor GeM-pools. The ReLU is a no-op on ResNet maps
-  (already post-ReLU) and clamps the negative part of Hardswish / SiLU / LayerNorm outputs of the
-  other encoders.
+* ``forward_features(rgb, layers)``: the encoder maps the client descriptor GeM-pools, each
+  passed through a ReLU (a list of (B, C_i, h_i, w_i)): by default (``"shallow"``) every map of
+  stride at most :data:`DESCRIPTOR_MAX_STRIDE`, ``"deepest"`` the deepest map alone. The ReLU is
+  a no-op on ResNet maps (already post-ReLU) and clamps the negative part of Hardswish / SiLU /
+  LayerNorm outputs of the other encoders. Why shallow: docs/results.md, "Which encoder maps
+  describe a robot".
 * ``forward_train(rgb)`` -> :class:`DepthOutput` (``depth`` plus head-specific auxiliaries) and
   ``loss(out, gt, valid)`` -> ``(loss, {term: float})``: the only two methods the trainer uses,
   so every registered model trains through the same loop.
@@ -15,7 +17,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +25,13 @@ from torch import nn
 
 from fedepth.losses import silog_loss
 from fedepth.models.encoders import Encoder
+
+#: which encoder maps the descriptor pools (:meth:`DepthModel.forward_features`)
+DescriptorLayers = Literal["shallow", "deepest"]
+DESCRIPTOR_LAYERS: tuple[str, ...] = get_args(DescriptorLayers)
+#: the largest stride (input pixels per map cell) of a map in the "shallow" descriptor: the
+#: first three maps of a CNN encoder (strides 2, 4, 8), the first two of a ViT's (4, 8)
+DESCRIPTOR_MAX_STRIDE = 8
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -82,9 +91,22 @@ class DepthModel(nn.Module):
         """Encoder feature maps of an RGB batch in [0, 1], shallow to deep."""
         return self.encoder(self.normalize(rgb))
 
-    def forward_features(self, rgb: torch.Tensor) -> torch.Tensor:
-        """ReLU of the deepest encoder map (B, C, h, w): what the descriptor GeM-pools."""
-        return F.relu(self.encode(rgb)[-1])
+    def forward_features(
+        self, rgb: torch.Tensor, layers: DescriptorLayers = "shallow"
+    ) -> list[torch.Tensor]:
+        """ReLU of the encoder maps the descriptor GeM-pools, shallow to deep: every map of
+        stride <= :data:`DESCRIPTOR_MAX_STRIDE` (``"shallow"``), or the deepest (``"deepest"``)."""
+        if layers not in DESCRIPTOR_LAYERS:
+            raise ValueError(
+                f"descriptor layers must be one of {', '.join(DESCRIPTOR_LAYERS)}, got {layers!r}"
+            )
+        maps = self.encode(rgb)
+        if layers == "deepest":
+            return [F.relu(maps[-1])]
+        strides = self.encoder.reductions
+        return [
+            F.relu(m) for m, r in zip(maps, strides, strict=True) if r <= DESCRIPTOR_MAX_STRIDE
+        ]
 
     def forward_train(self, rgb: torch.Tensor) -> DepthOutput:
         """Depth and the auxiliaries of this head's loss."""

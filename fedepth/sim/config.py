@@ -15,6 +15,7 @@ from typing import Any
 
 from fedepth.depth_range import FLEET
 from fedepth.models import DepthModel, create_model
+from fedepth.models.base import DESCRIPTOR_LAYERS
 from fedepth.optconfig import TrainConfig
 from fedepth.recipe import TrainRecipe, round_lr
 from fedepth.strategies.pacfl import BASIS_SIZE
@@ -63,6 +64,10 @@ class SimConfig:
     #: own, 0.85); lower values weigh a prediction's global scale more
     variance_focus: float | None = _RECIPE.variance_focus
     descriptor_frames: int = 32
+    #: the encoder maps the descriptor pools (DepthModel.forward_features): shallow | deepest.
+    #: Robots and depth_node always describe with the default, so only an in-process benchmark
+    #: can use another.
+    descriptor_layers: str = "shallow"
     pacfl_basis: int = BASIS_SIZE
     eval_frames: int = 8
     last_rounds: int = 5
@@ -90,6 +95,11 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         self.update_bounds()  # a bound <= 0 is refused now, not in the first round
+        if self.descriptor_layers not in DESCRIPTOR_LAYERS:
+            raise ValueError(
+                f"descriptor_layers must be one of {', '.join(DESCRIPTOR_LAYERS)}, got "
+                f"{self.descriptor_layers!r}"
+            )
 
     def update_bounds(self) -> UpdateBounds:
         """The norm bounds every client update is checked against (the coordinator's rule)."""

@@ -6,9 +6,10 @@ sampled over its data, and every test sequence from its first frames, into a :cl
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -20,6 +21,7 @@ from fedepth.data.sequence import Sequence as RGBDSequence
 from fedepth.data.torchdata import descriptor_rgb
 from fedepth.descriptor import Descriptor, DescriptorExtractor
 from fedepth.models import DepthModel
+from fedepth.models.base import DescriptorLayers
 from fedepth.sim.config import SimConfig
 from fedepth.strategies import ClientInfo
 from fedepth.strategies.pacfl import BASIS_KEY
@@ -73,8 +75,11 @@ def prepare_fleet(
     def to_tensor(img: Any) -> torch.Tensor:
         return descriptor_rgb(img, size)
 
+    layers = cast(DescriptorLayers, config.descriptor_layers)
     extractor = DescriptorExtractor(
-        encoder_model.forward_features, num_frames=config.descriptor_frames, seed=config.seed
+        functools.partial(encoder_model.forward_features, layers=layers),
+        num_frames=config.descriptor_frames,
+        seed=config.seed,
     )
     infos = []
     for c in tqdm(

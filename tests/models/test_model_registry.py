@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -95,9 +96,14 @@ def test_lite_model_contract(name: str, tmp_path: Path) -> None:
             assert depth.shape == (1, 1, h, w)
             assert torch.isfinite(depth).all()
             assert depth.min() >= MIN_DEPTH and depth.max() <= MAX_DEPTH
-            feats = model.forward_features(_rgb(1, h, w))
-            assert feats.ndim == 4 and feats.shape[1] == model.encoder.channels[-1]
-            assert (feats >= 0).all()
+            (deepest,) = model.forward_features(_rgb(1, h, w), "deepest")
+            assert deepest.ndim == 4 and deepest.shape[1] == model.encoder.channels[-1]
+            assert (deepest >= 0).all()
+            shallow = model.forward_features(_rgb(1, h, w))
+            enc = model.encoder
+            want = [c for c, r in zip(enc.channels, enc.reductions, strict=True) if r <= 8]
+            assert [f.shape[1] for f in shallow] == want and len(want) >= 2
+            assert all(f.ndim == 4 and (f >= 0).all() for f in shallow)
 
     # weights round-trip through a local safetensors file, loaded strictly
     path = tmp_path / f"{name}.safetensors"
@@ -127,7 +133,7 @@ def test_paper_size_model_builds_and_runs(name: str) -> None:
     assert depth.shape == (1, 1, 64, 64)
     assert torch.isfinite(depth).all()
     assert depth.min() >= MIN_DEPTH and depth.max() <= 80.0
-    assert (feats >= 0).all() and feats.shape[1] == model.encoder.channels[-1]
+    assert all((f >= 0).all() for f in feats) and len(feats) >= 2
 
 
 def test_state_holds_batchnorm_statistics_but_no_constants() -> None:
@@ -188,7 +194,14 @@ def test_forward_features_feeds_the_descriptor() -> None:
     model = create_model("regression-lite")
     frames = [np.full((48, 64, 3), 40 * i, dtype=np.uint8) for i in range(5)]
     desc = DescriptorExtractor(model.forward_features, num_frames=4, batch_size=2).extract(frames)
-    assert desc.dim == model.encoder.channels[-1]
+    maps = model.forward_features(_rgb(1, 48, 64))
+    assert desc.dim == sum(f.shape[1] for f in maps) == sum(model.encoder.channels[:3])
     assert desc.num_frames == 4
-    pooled = gem(model.forward_features(_rgb(1, 48, 64)))
-    assert pooled.shape == (1, model.encoder.channels[-1])
+    # each map GeM-pooled on its own, the vectors concatenated in order, shallow to deep
+    extractor = DescriptorExtractor(model.forward_features)
+    pooled = extractor.pooled(_rgb(1, 48, 64))
+    torch.testing.assert_close(pooled, torch.cat([gem(f) for f in maps], dim=1))
+    deepest = DescriptorExtractor(functools.partial(model.forward_features, layers="deepest"))
+    assert deepest.pooled(_rgb(1, 48, 64)).shape == (1, model.encoder.channels[-1])
+    with pytest.raises(ValueError, match="descriptor layers must be one of shallow, deepest"):
+        model.forward_features(_rgb(1, 48, 64), "middle")  # type: ignore[arg-type]
