@@ -460,14 +460,18 @@ def test_an_out_with_unreadable_or_missing_settings_is_refused(tmp_path: Path) -
         check_out(replace(spec, sim=replace(CFG, model="adabins-lite", lr=1e-3)))
     with pytest.raises(OutConflictError, match="this command has transport=grpc"):
         check_out(replace(spec, transport="grpc"))
-    # a run recorded before the round schedule existed resumes at the schedule it had
+    # a run recorded before the settings added since existed resumes at what it did then (the
+    # settings' before-values), and only there, named with that value
     old = run_config(spec)
     for key in ADDED_SETTINGS:
         del old["sim"][key]
     (spec.out / "config.json").write_text(json.dumps(old))
-    check_out(spec)
-    with pytest.raises(OutConflictError, match=r"round_schedule=\(unset\); this command has "):
-        check_out(replace(spec, sim=replace(CFG, round_schedule="cosine")))
+    before = replace(CFG, **ADDED_SETTINGS)
+    check_out(replace(spec, sim=before))
+    with pytest.raises(OutConflictError, match=r"round_schedule=constant; this command has "):
+        check_out(replace(spec, sim=replace(before, round_schedule="cosine")))
+    with pytest.raises(OutConflictError, match="descriptor_layers=deepest; this command has"):
+        check_out(spec)  # the default descriptor is not the one of runs recorded before it
 
 
 def test_a_transport_other_than_in_process_must_be_handed_to_the_library(
