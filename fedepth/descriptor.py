@@ -212,8 +212,8 @@ class DescriptorExtractor:
 
     ``encoder`` maps a (B, 3, H, W) float batch in [0, 1] (RGB) to a non-negative feature map
     (B, C, h, w) or a list of them (each GeM-pooled, the vectors concatenated); pass a model's
-    ``forward_features``. It runs in eval mode under
-    ``torch.inference_mode`` in batches of ``batch_size``, so memory does not grow with n.
+    ``forward_features``. It runs in eval mode under ``torch.inference_mode`` in batches of
+    ``batch_size``, so memory does not grow with n.
     """
 
     def __init__(

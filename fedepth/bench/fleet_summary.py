@@ -41,14 +41,12 @@ class FleetSummary:
     machine: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def of(
-        cls, fleet: Fleet, data_dir: Path, weights: Path, weights_sha256: str | None = None
-    ) -> FleetSummary:
+    def of(cls, fleet: Fleet, data_dir: Path, weights: Path, weights_sha256: str) -> FleetSummary:
         means, variances = stack_descriptors([i.descriptor for i in fleet.infos if i.descriptor])
         return cls(
             data_dir=str(data_dir),
             weights=str(weights),
-            weights_sha256=weights_sha256 or file_sha256(weights),
+            weights_sha256=weights_sha256,
             machine=machine(),
             clients=[
                 {

@@ -15,7 +15,7 @@ from typing import Any
 
 from fedepth.depth_range import FLEET
 from fedepth.models import DepthModel, create_model
-from fedepth.models.base import DESCRIPTOR_LAYERS
+from fedepth.models.base import DESCRIPTOR_LAYERS, DescriptorLayers
 from fedepth.optconfig import TrainConfig
 from fedepth.recipe import TrainRecipe, round_lr
 from fedepth.strategies.pacfl import BASIS_SIZE
@@ -67,7 +67,7 @@ class SimConfig:
     #: the encoder maps the descriptor pools (DepthModel.forward_features): shallow | deepest.
     #: Robots and depth_node always describe with the default, so only an in-process benchmark
     #: can use another.
-    descriptor_layers: str = "shallow"
+    descriptor_layers: DescriptorLayers = "shallow"
     pacfl_basis: int = BASIS_SIZE
     eval_frames: int = 8
     last_rounds: int = 5

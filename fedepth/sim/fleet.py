@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,7 +21,6 @@ from fedepth.data.sequence import Sequence as RGBDSequence
 from fedepth.data.torchdata import descriptor_rgb
 from fedepth.descriptor import Descriptor, DescriptorExtractor
 from fedepth.models import DepthModel
-from fedepth.models.base import DescriptorLayers
 from fedepth.sim.config import SimConfig
 from fedepth.strategies import ClientInfo
 from fedepth.strategies.pacfl import BASIS_KEY
@@ -75,9 +74,8 @@ def prepare_fleet(
     def to_tensor(img: Any) -> torch.Tensor:
         return descriptor_rgb(img, size)
 
-    layers = cast(DescriptorLayers, config.descriptor_layers)
     extractor = DescriptorExtractor(
-        functools.partial(encoder_model.forward_features, layers=layers),
+        functools.partial(encoder_model.forward_features, layers=config.descriptor_layers),
         num_frames=config.descriptor_frames,
         seed=config.seed,
     )
