@@ -165,8 +165,18 @@ def _transport(name: str) -> Transport | None:
     return GrpcBench
 
 
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    from fedepth.bench import OutConflictError, check_out, format_table, run_benchmark
+    from fedepth.bench import (
+        OutConflictError,
+        check_out,
+        format_table,
+        round_line,
+        run_benchmark,
+    )
 
     spec = _bench_spec(args, _methods(args.methods), _sweep(args.sweep))
     if spec.transport == "grpc" and spec.sim.descriptor_layers != "shallow":
@@ -184,9 +194,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         if not spec.fresh:
             check_out(spec)  # before any data, pretraining or descriptors
+        rounds = spec.sim.rounds
         results = run_benchmark(
             spec,
-            echo=lambda line: print(line, file=sys.stderr),
+            echo=_log,
+            # without progress bars, a line per round (a log read while the job runs)
+            on_round=(
+                (lambda name, seed, rec: _log(round_line(name, seed, rec, rounds)))
+                if args.quiet
+                else None
+            ),
             transport=_transport(spec.transport),
         )
     except OutConflictError as exc:
@@ -262,7 +279,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     try:
         check_out(spec)
-        results = run_benchmark(spec, echo=lambda line: print(line, file=sys.stderr))
+        results = run_benchmark(spec, echo=_log)
     except OutConflictError as exc:
         raise CliError(str(exc)) from None
     print(format_table(results))
@@ -302,7 +319,11 @@ def _bench_args(q: argparse.ArgumentParser) -> None:
         help="where generated data and pretrained weights are kept",
     )
     q.add_argument("--image-size", metavar="HxW", help="training/eval resolution")
-    q.add_argument("--quiet", action="store_true", help="no progress bars")
+    q.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bars (fedepth bench: one log line per round instead)",
+    )
 
 
 def add_parsers(sub: Any) -> None:

@@ -372,7 +372,13 @@ def test_bench_cli_resumes_refuses_other_settings_and_starts_over_with_fresh(
     out = tmp_path / "run"
     assert _bench_cli(out, smoke_hpe, weights, "--rounds", "1") == 0
     first = json.loads((out / "results.json").read_text())
-    capsys.readouterr()
+    # --quiet: no bars, but a log line per round, with the test Abs Rel the run recorded
+    logged = [line for line in capsys.readouterr().err.splitlines() if " round " in line]
+    curve = first["methods"]["fedavg"]["curves"]
+    assert logged == [
+        f"fedavg seed 0 round 1/1: loss {curve['train_loss'][0]:.3f}, test abs_rel "
+        f"{curve['abs_rel'][0]:.3f}, training {logged[0].rsplit(' ', 2)[1]} s"
+    ]
 
     assert _bench_cli(out, smoke_hpe, weights, "--rounds", "2") == 2
     err = capsys.readouterr().err

@@ -272,8 +272,13 @@ def test_pretraining_settings_name_their_own_cache_entry(
         cache_dir=tmp_path / "cache",
         progress=False,
     )
-    path = ensure_weights(spec, scenario)
+    notes: list[str] = []
+    path = ensure_weights(spec, scenario, notes.append)
     assert path.name.endswith(f"-2steps-s0-{spec.sim.pretrain_key()}.safetensors")
+    # a long job says what it is doing: one line before the pretraining, one after
+    assert notes[0] == f"seed 0: pretraining {CFG.model} for 2 steps on 1 thread into {path}"
+    assert notes[1].startswith("seed 0: pretrained in ") and len(notes) == 2
+    assert ensure_weights(spec, scenario, notes.append) == path and len(notes) == 2  # cached
     # the generator's own scenario given with --data: the name of the generated data's entry
     assert path.name.startswith("hpe-smoke-g")
     default = ensure_weights(replace(spec, sim=replace(spec.sim, pretrain_threads=2)), scenario)

@@ -47,7 +47,7 @@ from fedepth.bench.outdir import (
     state_dir,
 )
 from fedepth.bench.report import MARK, curve_change, format_table, render_report
-from fedepth.bench.runner import is_pooled, run_benchmark
+from fedepth.bench.runner import is_pooled, round_line, run_benchmark
 from fedepth.bench.spec import (
     ALL_METHODS,
     SIM_SIZES,
@@ -85,6 +85,7 @@ __all__ = [
     "format_table",
     "is_pooled",
     "render_report",
+    "round_line",
     "run_benchmark",
     "run_config",
     "scenario_defaults",

@@ -11,6 +11,8 @@ import hashlib
 import json
 import logging
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from fedepth.bench.spec import BenchSpec
@@ -21,8 +23,13 @@ from fedepth.sim import SimConfig, pretrain
 log = logging.getLogger(__name__)
 
 
-def ensure_data(spec: BenchSpec) -> Path:
-    """The scenario directory: the given one, or generated once into the cache."""
+def _quiet(line: str) -> None:
+    """Where the notes go when the caller wants none."""
+
+
+def ensure_data(spec: BenchSpec, note: Callable[[str], None] = _quiet) -> Path:
+    """The scenario directory: the given one, or generated once into the cache (``note``:
+    one line before the generation starts, one when it is done)."""
     if spec.data_dir is not None:
         return spec.data_dir
     from fedepth.data.synth.generate import GENERATOR_VERSION, synthesize
@@ -36,6 +43,11 @@ def ensure_data(spec: BenchSpec) -> Path:
         log.info("generating the %s/%s scenario into %s", spec.scenario, spec.profile, root)
         # every core: the output does not depend on the number of worker processes
         workers = len(os.sched_getaffinity(0))
+        note(
+            f"seed {spec.sim.seed}: generating the {spec.scenario}/{spec.profile} scenario "
+            f"into {root} ({workers} processes)"
+        )
+        t0 = time.perf_counter()
         synthesize(
             spec.scenario,
             spec.profile,
@@ -44,11 +56,15 @@ def ensure_data(spec: BenchSpec) -> Path:
             progress=spec.progress,
             workers=workers,
         )
+        note(f"seed {spec.sim.seed}: scenario generated in {_minutes(t0)}")
     return root
 
 
-def ensure_weights(spec: BenchSpec, scenario: Scenario) -> Path:
-    """The initial checkpoint: the user's weights, or pretrained once and cached."""
+def ensure_weights(
+    spec: BenchSpec, scenario: Scenario, note: Callable[[str], None] = _quiet
+) -> Path:
+    """The initial checkpoint: the user's weights, or pretrained once and cached (``note``:
+    one line before the pretraining starts, one when it is done)."""
     if spec.weights is not None:
         return spec.weights
     c = spec.sim
@@ -60,11 +76,21 @@ def ensure_weights(spec: BenchSpec, scenario: Scenario) -> Path:
     path = spec.cache_dir / "pretrain" / name
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
+        note(
+            f"seed {c.seed}: pretraining {c.model} for {c.pretrain_steps} steps on "
+            f"{c.pretrain_threads} thread{'s' if c.pretrain_threads > 1 else ''} into {path}"
+        )
+        t0 = time.perf_counter()
         model = pretrain(scenario, c, progress=spec.progress)
         tmp = path.with_suffix(".tmp")
         save_weights(model, tmp)
         tmp.replace(path)
+        note(f"seed {c.seed}: pretrained in {_minutes(t0)}")
     return path
+
+
+def _minutes(since: float) -> str:
+    return f"{(time.perf_counter() - since) / 60:.1f} min"
 
 
 def _data_tag(spec: BenchSpec, scenario: Scenario) -> str:

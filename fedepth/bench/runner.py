@@ -144,11 +144,11 @@ class _Bench:
     def train_seed(self, seed: int, todo: list[str]) -> None:
         spec = replace(self.spec, sim=replace(self.spec.sim, seed=seed), seeds=(seed,))
         sdir = state_dir(spec.out, seed)
-        root = ensure_data(spec)
+        root = ensure_data(spec, self.echo)
         scenario = load_scenario(root)
         remote: FleetRunner | None = None
         try:
-            weights = ensure_weights(spec, scenario)
+            weights = ensure_weights(spec, scenario, self.echo)
             digest = file_sha256(weights)
             self.check_same_start(seed, weights, digest)
             model = initial_model(spec.sim, str(weights))
@@ -315,6 +315,18 @@ def _summary(run: MethodRun) -> dict[str, Any]:
     out = run.summary()
     out.setdefault("transport", "inprocess")
     return out
+
+
+def round_line(name: str, seed: int, record: RoundRecord, rounds: int) -> str:
+    """One log line for a finished round (what ``fedepth bench --quiet`` prints instead of
+    progress bars): the run, the round of how many, its training loss and time and, when the
+    round was evaluated, the test Abs Rel over every sequence."""
+    test = record.test["all"]["abs_rel"] if record.test else None
+    return (
+        f"{name} seed {seed} round {record.round + 1}/{rounds}: loss {record.mean_loss:.3f}"
+        + ("" if test is None else f", test abs_rel {test:.3f}")
+        + f", training {record.train_seconds:.0f} s"
+    )
 
 
 def _one_line(name: str, summary: Mapping[str, Any], seed: int | None = None) -> str:
