@@ -169,6 +169,15 @@ def _log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _interrupted(out: Path) -> int:
+    """Ctrl-C during a run: what is kept and how to go on (exit status 130, as the shell's)."""
+    _log(
+        f"interrupted: the finished runs and rounds are kept in {out / 'state'}; "
+        "the same command continues from there"
+    )
+    return 130
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from fedepth.bench import (
         OutConflictError,
@@ -208,6 +217,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         )
     except OutConflictError as exc:
         raise CliError(str(exc)) from None
+    except KeyboardInterrupt:
+        return _interrupted(spec.out)
     print(format_table(results))
     print(f"wrote {spec.out / 'results.json'}, {spec.out / 'report.md'} and figures")
     return 0
@@ -282,6 +293,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         results = run_benchmark(spec, echo=_log)
     except OutConflictError as exc:
         raise CliError(str(exc)) from None
+    except KeyboardInterrupt:
+        return _interrupted(out)
     print(format_table(results))
     measured = DEMO_SPREAD if DEMO_SPREAD and DEMO_SPREAD.key == demo_key(spec.sim) else None
     print(demo_verdict(results, measured))

@@ -401,6 +401,36 @@ def test_bench_cli_resumes_refuses_other_settings_and_starts_over_with_fresh(
     )
 
 
+def test_bench_cli_interrupted_says_what_is_kept_and_resumes(
+    smoke_hpe: Path,
+    weights: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import fedepth.bench
+
+    out = tmp_path / "run"
+    real = fedepth.bench.run_benchmark
+
+    def stopped_after_a_round(spec: BenchSpec, **kwargs: Any) -> dict[str, Any]:
+        def ctrl_c(name: str, seed: int, rec: RoundRecord) -> None:
+            raise KeyboardInterrupt
+
+        return real(spec, **{**kwargs, "on_round": ctrl_c})
+
+    monkeypatch.setattr(fedepth.bench, "run_benchmark", stopped_after_a_round)
+    assert _bench_cli(out, smoke_hpe, weights, "--rounds", "2") == 130
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (
+        f"interrupted: the finished runs and rounds are kept in {out / 'state'}; "
+        "the same command continues from there"
+    )
+    monkeypatch.setattr(fedepth.bench, "run_benchmark", real)
+    assert _bench_cli(out, smoke_hpe, weights, "--rounds", "2") == 0
+    assert "fedavg: seed 0 resumes after round 1 of 2" in capsys.readouterr().err
+
+
 def test_the_descriptor_pools_the_shallow_maps_unless_told_and_an_older_out_does_not_resume(
     smoke_hpe: Path, weights: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
