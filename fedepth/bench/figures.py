@@ -34,6 +34,7 @@ def write_figures(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     for name, per_seed in runs.items():
@@ -78,13 +79,30 @@ def write_figures(
     m_star = clustering.soft_clustering(A, float(tau)).M_star
     names = [f"{c['platform'][:4]}/{c['environment'][:7]}" for c in fleet.clients]
     fig, axes = plt.subplots(1, 2, figsize=(15, 6), gridspec_kw={"width_ratios": [1, 1.3]})
-    im = axes[0].imshow(A, cmap="viridis")
-    axes[0].set_title("Jeffreys divergence between clients")
+    # log colours: one outlier robot (a near-constant channel gives divergences 100x the
+    # rest) would otherwise leave every other pair the same colour; the diagonal (0) is grey
+    positive = A[A > 0]
+    low = float(positive.min()) if positive.size else 1.0
+    high = max(float(A.max()), low * 10.0)
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="lightgrey")
+    im = axes[0].imshow(
+        np.ma.masked_less_equal(A, 0.0),
+        cmap=cmap,
+        norm=LogNorm(vmin=low, vmax=high),
+        interpolation="nearest",
+    )
+    axes[0].set_title("Jeffreys divergence between clients (log scale)")
     axes[0].set_yticks(range(len(names)), names, fontsize=5)
-    fig.colorbar(im, ax=axes[0], fraction=0.046)
+    bar = fig.colorbar(im, ax=axes[0], fraction=0.046)
+    if low <= float(tau) <= high:
+        bar.ax.axhline(float(tau), color="red", linewidth=1.5)
+        bar.ax.text(1.6, float(tau), "tau", color="red", va="center", fontsize=7)
     axes[1].imshow(m_star, cmap="Greys", aspect="auto", interpolation="nearest")
     axes[1].set_title(f"FeDepth cluster map M* (tau={float(tau):.3g}, K={m_star.shape[0]})")
     axes[1].set_xticks(range(len(names)), names, rotation=90, fontsize=5)
+    axes[1].set_yticks(
+        range(m_star.shape[0]), [str(k) for k in range(m_star.shape[0])], fontsize=5
+    )
     axes[1].set_ylabel("cluster")
     fig.tight_layout()
     fig.savefig(out / "clusters.png", dpi=110)
