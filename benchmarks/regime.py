@@ -16,7 +16,8 @@ Splits: ``pretrain`` (the scenario's pretraining sequences: what the initial che
     python benchmarks/regime.py --data .cache/fedepth/data/hpe-small-s0 --split pooled \\
         --steps 2000 --lr 2e-3 --image-size 64x96 --variance-focus 0.5 [--eval-every 500]
 
-Change one setting per run to measure its effect alone; docs/results.md lists the runs made.
+Change one setting per run to measure its effect alone; docs/results-history.md lists the runs
+made.
 Runs on ``--threads`` torch threads (default 1, so two runs can share a 2-core machine).
 """
 
