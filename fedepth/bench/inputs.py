@@ -23,13 +23,9 @@ from fedepth.sim import SimConfig, pretrain
 log = logging.getLogger(__name__)
 
 
-def _quiet(line: str) -> None:
-    """Where the notes go when the caller wants none."""
-
-
-def ensure_data(spec: BenchSpec, note: Callable[[str], None] = _quiet) -> Path:
+def ensure_data(spec: BenchSpec, note: Callable[[str], None] = log.info) -> Path:
     """The scenario directory: the given one, or generated once into the cache (``note``:
-    one line before the generation starts, one when it is done)."""
+    one line before the generation starts, one when it is done; default: logged at INFO)."""
     if spec.data_dir is not None:
         return spec.data_dir
     from fedepth.data.synth.generate import GENERATOR_VERSION, synthesize
@@ -40,7 +36,6 @@ def ensure_data(spec: BenchSpec, note: Callable[[str], None] = _quiet) -> Path:
         / f"{spec.scenario}-{spec.profile}-s{spec.sim.seed}-g{GENERATOR_VERSION}"
     )
     if not (root / "manifest.json").is_file():
-        log.info("generating the %s/%s scenario into %s", spec.scenario, spec.profile, root)
         # every core: the output does not depend on the number of worker processes
         workers = len(os.sched_getaffinity(0))
         note(
@@ -61,10 +56,10 @@ def ensure_data(spec: BenchSpec, note: Callable[[str], None] = _quiet) -> Path:
 
 
 def ensure_weights(
-    spec: BenchSpec, scenario: Scenario, note: Callable[[str], None] = _quiet
+    spec: BenchSpec, scenario: Scenario, note: Callable[[str], None] = log.info
 ) -> Path:
     """The initial checkpoint: the user's weights, or pretrained once and cached (``note``:
-    one line before the pretraining starts, one when it is done)."""
+    one line before the pretraining starts, one when it is done; default: logged at INFO)."""
     if spec.weights is not None:
         return spec.weights
     c = spec.sim
