@@ -7,7 +7,9 @@ Everything here is a pure function on numpy arrays:
   in :mod:`fedepth.jeffreys`, re-exported here).
 - :func:`soft_cluster_map`: ``M[i, j] = A[i, j] <= tau``; row i is the cluster seeded by client i.
 - :func:`merge_subsets`: drop duplicate rows and rows that are proper subsets of another row.
-- :func:`overlap_ratio`, :func:`calibrate_tau`: the overlap-driven choice of tau (paper: 20 %).
+- :func:`overlap_ratio`, :func:`calibrate_tau`: the overlap-driven choice of tau (paper: 20 %
+  on HPE); :func:`match_partition`: the tau whose clusters best reproduce a hard partition
+  (paper, BMR: "closely approximate those of the hard clustering method").
 - :func:`route`: the paper's sequence-level routing of an unseen descriptor.
 - :func:`hard_clusters`: agglomerative clustering (average linkage) cut at tau, used by the
   ``hard`` and PACFL baselines; :func:`principal_angle_matrix` is PACFL's proximity.
@@ -313,6 +315,64 @@ def calibrate(
                 return _PairMap(a, 0.0).clustering(0.0)
             return best_pairs.clustering(float(best_tau))
         fraction = min(1.0, fraction * 4)
+
+
+def co_membership(M: npt.ArrayLike) -> BoolArray:
+    """N x N: whether clients i and j share at least one cluster of the K x N map ``M``."""
+    m = np.asarray(M, dtype=bool)
+    if m.ndim != 2 or m.shape[1] == 0:
+        raise ValueError(f"the cluster map must be K x N with N > 0, got shape {m.shape}")
+    f = m.astype(np.float32)
+    return np.asarray((f.T @ f) > 0, dtype=bool)
+
+
+def rand_index(M1: npt.ArrayLike, M2: npt.ArrayLike) -> float:
+    """Agreement of two cluster maps of the same N clients (soft or hard, any K): the fraction
+    of client pairs that both put together (sharing a cluster) or both keep apart. 1 for the
+    same grouping; for hard maps this is the Rand index. 1 for a single client."""
+    c1, c2 = co_membership(M1), co_membership(M2)
+    if c1.shape != c2.shape:
+        raise ValueError(f"the maps cluster {c1.shape[0]} and {c2.shape[0]} clients")
+    n = c1.shape[0]
+    if n < 2:
+        return 1.0
+    iu = np.triu_indices(n, 1)
+    return float(np.mean(c1[iu] == c2[iu]))
+
+
+def match_partition(
+    A: npt.ArrayLike, reference: npt.ArrayLike, *, exhaustive_limit: int = EXHAUSTIVE_LIMIT
+) -> Clustering:
+    """The soft clustering of A whose grouping best reproduces ``reference`` (a K x N map).
+
+    The paper's BMR protocol: "we set tau such that the resulting cluster assignments closely
+    approximate those of the hard clustering method". Candidates are the distinct off-diagonal
+    values of A (every one up to ``exhaustive_limit`` of them, else that many evenly spaced
+    quantiles); the score is :func:`rand_index` against ``reference``; ties go to the smallest
+    tau (the most specific clusters), as in :func:`calibrate`. The reference is met exactly
+    only where A's within-group divergences all lie below its between-group ones; otherwise
+    this is the closest grouping a threshold can give, which :func:`rand_index` measures.
+    """
+    a = _check_square(A)
+    ref = np.asarray(reference, dtype=bool)
+    n = a.shape[0]
+    if ref.ndim != 2 or ref.shape[1] != n:
+        raise ValueError(f"the reference map must be K x {n}, got shape {ref.shape}")
+    if n == 1:
+        return _PairMap(a, 0.0).clustering(0.0)
+    upper = a[np.triu_indices(n, 1)]
+    cand = np.unique(upper[np.isfinite(upper)])
+    if cand.size == 0:
+        return _PairMap(a, 0.0).clustering(0.0)
+    if cand.size > exhaustive_limit:
+        cand = np.unique(np.quantile(cand, np.linspace(0.0, 1.0, exhaustive_limit)))
+    pairs = _PairMap(a, float(cand[-1]))
+    best_tau, best_score = float(cand[0]), -1.0
+    for t in cand:
+        score = rand_index(pairs.clustering(float(t)).M_star, ref)
+        if score > best_score:  # strictly better: the smallest tau of the ties stays
+            best_tau, best_score = float(t), score
+    return pairs.clustering(best_tau)
 
 
 def _pair_quantile(a: np.ndarray, fraction: float) -> float:

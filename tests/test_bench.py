@@ -177,6 +177,22 @@ def test_a_single_seed_report_has_plain_numbers_and_no_marks() -> None:
     assert "One seed: no spread is measured and no difference is marked" in report
 
 
+def test_the_report_says_how_each_clustered_method_set_its_threshold() -> None:
+    results = _results({"fedavg": [0.2], "fedepth": [0.1], "hard": [0.12], "pacfl": [0.11]})
+    m = results["methods"]
+    m["fedepth"]["seeds"]["0"]["params"] = {"match": "pacfl", "tau": 684.0}
+    m["pacfl"]["seeds"]["0"]["params"] = {"threshold": 12.5}
+    m["fedavg"]["seeds"]["0"]["params"] = {}  # one cluster of everyone, no threshold
+    lines = render_report(results).split("Cluster thresholds (the first seed's):")[1]
+    assert (
+        "- fedepth: threshold 684 (chosen so the clusters best reproduce PACFL's partition)"
+        in lines
+    )
+    assert "- hard: threshold 1.5 (calibrated for 20% overlap), K = 2" in lines
+    assert "- pacfl: threshold 12.5 degrees (PACFL's largest dendrogram gap)" in lines
+    assert "- fedavg" not in lines.split("##")[0]
+
+
 # -- the benchmark end to end -----------------------------------------------------------------
 #: Methods whose server or client state must survive a restart: SCAFFOLD's control variates
 #: (both sides), FedDyn's h and g_i, FedClust's clustering after round 0, FeDepth's soft

@@ -318,3 +318,42 @@ def test_dense_and_sparse_overlap_agree(data: tuple[np.ndarray, np.ndarray], tau
     expected = C.overlap_ratio(C.merge_subsets(C.soft_cluster_map(A, tau)))
     assert pairs._overlap_dense(tau) == expected
     assert float((np.asarray(pairs.merged(tau).sum(axis=0)).ravel() >= 2).mean()) == expected
+
+
+def test_rand_index_by_hand() -> None:
+    two = [[1, 1, 0], [0, 0, 1]]
+    # pairs (0,1) together in both; (0,2) and (1,2) apart in `two`, together in one cluster
+    assert C.rand_index(two, [[1, 1, 1]]) == pytest.approx(1 / 3)
+    assert C.rand_index(two, [[0, 0, 1], [1, 1, 0]]) == 1.0  # cluster order does not matter
+    # soft: client 1 in both clusters shares a cluster with 0 and with 2, 0 and 2 stay apart
+    assert C.co_membership([[1, 1, 0], [0, 1, 1]]).tolist() == [
+        [True, True, False],
+        [True, True, True],
+        [False, True, True],
+    ]
+    assert C.rand_index([[1]], [[1]]) == 1.0
+    with pytest.raises(ValueError, match="clients"):
+        C.rand_index(two, [[1, 1]])
+
+
+def test_match_partition_finds_the_smallest_tau_that_reproduces_it() -> None:
+    # J = (mu_i - mu_j)^2 for unit variances. Groups {0, 1, 2} and {10, 11, 13}: within them
+    # 1, 4, 1 and 1, 9, 4; between them >= 64. At tau = 4 the second group's rows are
+    # {10, 11}, {10, 11, 13}, {11, 13}, merged into one: the partition, and no smaller tau
+    # gives it (at tau = 1.5, 13 is alone: 2 of the 15 pairs disagree).
+    mus = np.array([[0.0], [1.0], [2.0], [10.0], [11.0], [13.0]])
+    A = C.jeffreys_matrix(mus, np.ones_like(mus))
+    reference = [[1, 1, 1, 0, 0, 0], [0, 0, 0, 1, 1, 1]]
+    got = C.match_partition(A, reference)
+    assert got.tau == pytest.approx(4.0)
+    np.testing.assert_array_equal(got.M_star, reference)
+    assert C.rand_index(C.soft_clustering(A, 1.5).M_star, reference) == pytest.approx(13 / 15)
+    # a reference no threshold reaches (0 with 13, 1 with 10): the closest grouping is returned
+    odd = [[1, 0, 0, 0, 0, 1], [0, 1, 0, 1, 0, 0], [0, 0, 1, 0, 1, 0]]
+    best = C.match_partition(A, odd)
+    score = C.rand_index(best.M_star, odd)
+    assert score < 1.0
+    upper = A[np.triu_indices(6, 1)]
+    assert all(C.rand_index(C.soft_clustering(A, t).M_star, odd) <= score for t in upper)
+    with pytest.raises(ValueError, match="K x 6"):
+        C.match_partition(A, [[1, 1, 1]])

@@ -189,7 +189,7 @@ def test_bench_cli_on_bmr(
             "--data",
             str(smoke_bmr),
             "--methods",
-            "fedavg,pacfl",
+            "fedavg,pacfl,fedepth",
             "--backbone",
             "regression-lite",
             "--rounds",
@@ -209,6 +209,11 @@ def test_bench_cli_on_bmr(
     results = json.loads((out / "results.json").read_text())
     groups = results["methods"]["pacfl"]["groups"]
     assert any(g.startswith("environment:") for g in groups)
+    # BMR's FeDepth takes the tau whose clusters best reproduce PACFL's partition (the paper's
+    # BMR rule), not the 20 % overlap of HPE
+    sim = json.loads((out / "config.json").read_text())["sim"]
+    assert sim["method_params"]["fedepth"] == {"match": "pacfl"}
+    assert "fedepth" in results["methods"]
 
 
 @pytest.mark.parametrize(

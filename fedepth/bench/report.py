@@ -119,6 +119,7 @@ def render_report(results: dict[str, Any]) -> str:
         _table([(k, v) for k, v in m.items()], TABLE_METRICS, arrows, spread=spread, ref=ref),
         "",
     ]
+    out += _thresholds(m)
     out += [
         "## Convergence: Abs Rel over the last five evaluated rounds",
         "",
@@ -238,6 +239,36 @@ def curve_change(
     if len(points) < 2:
         return None
     return points[0], points[-1], (points[-1] - points[0]) / points[0]
+
+
+def _tau_rule(params: Mapping[str, Any]) -> str:
+    """How a clustered method's threshold was set, from its recorded parameters."""
+    if params.get("match") == "pacfl":
+        return "chosen so the clusters best reproduce PACFL's partition"
+    if "overlap" in params:
+        return f"calibrated for {float(params['overlap']):.0%} overlap"
+    if "threshold" in params:
+        return "PACFL's largest dendrogram gap" if "tau" not in params else "given"
+    return "calibrated for 20% overlap"
+
+
+def _thresholds(m: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line per clustered method: its threshold (first seed), how it was set, and K."""
+    lines = []
+    for name, entry in m.items():
+        first = next(iter((entry.get("seeds") or {"": entry}).values()))
+        params = first.get("params") or {}
+        value = params.get("tau", params.get("threshold"))
+        if value is None or not first.get("clusters"):
+            continue
+        unit = "" if "tau" in params else " degrees"
+        lines.append(
+            f"- {name}: threshold {float(value):.4g}{unit} ({_tau_rule(params)}), "
+            f"K = {_clusters_k(entry)}"
+        )
+    if not lines:
+        return []
+    return ["Cluster thresholds (the first seed's):", "", *lines, ""]
 
 
 def _clusters_k(entry: Mapping[str, Any]) -> str:

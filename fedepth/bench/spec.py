@@ -113,11 +113,20 @@ def sim_config(scenario: str, profile: str, **overrides: Any) -> SimConfig:
 
 
 def scenario_defaults(scenario: str) -> dict[str, Any]:
-    """Depth range of the scenario's single model: HPE and BMR both reach outdoor range (80 m);
-    indoor sequences are still scored with their own 10 m cap."""
+    """What a scenario fixes besides the profile's sizes.
+
+    Depth range of the scenario's single model: HPE and BMR both reach outdoor range (80 m);
+    indoor sequences are still scored with their own 10 m cap. FeDepth's threshold, as in the
+    paper: on HPE calibrated for 20 % overlap (the strategies' default); on BMR chosen so that
+    the clusters best reproduce the hard clustering's (PACFL's) partition, for FeDepth and for
+    hard clustering at its threshold (``match: pacfl``; an overlap sweep still sets overlaps).
+    """
     if scenario not in ("hpe", "bmr"):
         raise ValueError(f"unknown scenario {scenario!r}; choose hpe or bmr")
-    return {"min_depth": FLEET.min_depth, "max_depth": FLEET.max_depth}
+    out: dict[str, Any] = {"min_depth": FLEET.min_depth, "max_depth": FLEET.max_depth}
+    if scenario == "bmr":
+        out["method_params"] = {"fedepth": {"match": "pacfl"}, "hard": {"match": "pacfl"}}
+    return out
 
 
 def sweep_name(ratio: float) -> str:

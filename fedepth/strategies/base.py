@@ -107,8 +107,9 @@ class Strategy(ABC):
     #: Client hook the trainer runs (None: plain local SGD/Adam steps).
     client_hook: ClassVar[str | None] = None
     #: Summaries of a client's data (``ClientInfo.extra`` keys) this strategy needs besides the
-    #: descriptor; a robot sends these and no others (PACFL: its feature subspace basis).
-    client_summaries: ClassVar[tuple[str, ...]] = ()
+    #: descriptor; a robot sends these and no others (PACFL: its feature subspace basis). An
+    #: instance may need more than its class (FeDepth whose tau reproduces PACFL's partition).
+    client_summaries: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.clients: list[ClientInfo] = []

@@ -1,11 +1,14 @@
 """FeDepth (ECCV 2026): soft clusters from Jeffreys divergences of client descriptors.
 
 Clients are clustered once, before training: ``A`` = Jeffreys matrix of the descriptors,
-``M = A <= tau`` with tau calibrated for a target overlap ratio (paper: 20 %), redundant rows
-merged into ``M*``. Each round, cluster models are data-size weighted means of their members'
-updates, and each client downloads the mean of its clusters' models (computed here, so one
-download per client). An unseen sequence is routed to every cluster whose mean divergence to
-the sequence is <= tau, else to the nearest one, and served the mean of those models.
+``M = A <= tau``, redundant rows merged into ``M*``. Tau is calibrated for a target overlap
+ratio (paper, HPE: 20 %) or, with ``match="pacfl"``, chosen so that the clusters best reproduce
+PACFL's hard partition (paper, BMR: "we set tau such that the resulting cluster assignments
+closely approximate those of the hard clustering method"). Each round, cluster models are
+data-size weighted means of their members' updates, and each client downloads the mean of its
+clusters' models (computed here, so one download per client). An unseen sequence is routed to
+every cluster whose mean divergence to the sequence is <= tau, else to the nearest one, and
+served the mean of those models.
 """
 
 from __future__ import annotations
@@ -18,21 +21,54 @@ import numpy as np
 from fedepth import clustering
 from fedepth.descriptor import Descriptor, stack_descriptors
 from fedepth.strategies.base import ClientInfo, ClusteredStrategy, RouteDecision, State
+from fedepth.strategies.pacfl import BASIS_KEY, client_bases, pacfl_partition
+
+#: Hard partitions FeDepth's tau can be chosen to reproduce (``match``): PACFL's.
+MATCH_RULES = ("pacfl",)
+
+
+def check_tau_rule(overlap: float, tau: float | None, match: str | None) -> None:
+    """Refuse a tau rule that cannot work: a tau < 0, an overlap outside [0, 1], an unknown
+    ``match``, or ``match`` with a fixed tau (two rules for one threshold)."""
+    if match is not None and match not in MATCH_RULES:
+        raise ValueError(f"unknown match {match!r}; known: {', '.join(MATCH_RULES)}")
+    if match is not None and tau is not None:
+        raise ValueError("give tau or match, not both: each sets the threshold")
+    if tau is None and not 0.0 <= overlap <= 1.0:
+        raise ValueError(f"overlap must lie in [0, 1], got {overlap}")
+    if tau is not None and tau < 0:
+        raise ValueError(f"tau must be >= 0, got {tau}")
+
+
+def choose_clustering(
+    A: np.ndarray, clients: list[ClientInfo], overlap: float, match: str | None
+) -> clustering.Clustering:
+    """FeDepth's clustering of the Jeffreys matrix ``A`` when no tau is given: the one whose
+    grouping best reproduces PACFL's partition of ``clients`` (``match="pacfl"``), else the one
+    calibrated for the ``overlap`` ratio."""
+    if match == "pacfl":
+        reference, _ = pacfl_partition(client_bases(clients))
+        return clustering.match_partition(A, reference)
+    return clustering.calibrate(A, overlap)
 
 
 class FeDepth(ClusteredStrategy):
-    """Soft clustered FL; ``tau`` fixed, or calibrated for ``overlap`` when tau is None."""
+    """Soft clustered FL; ``tau`` fixed, or (tau None) calibrated for ``overlap``, or chosen
+    to reproduce a hard partition (``match="pacfl"``: then ``overlap`` is not used, and every
+    client also sends its PACFL subspace basis)."""
 
     name = "fedepth"
 
-    def __init__(self, *, overlap: float = 0.2, tau: float | None = None) -> None:
+    def __init__(
+        self, *, overlap: float = 0.2, tau: float | None = None, match: str | None = None
+    ) -> None:
         super().__init__()
-        if tau is None and not 0.0 <= overlap <= 1.0:
-            raise ValueError(f"overlap must lie in [0, 1], got {overlap}")
-        if tau is not None and tau < 0:
-            raise ValueError(f"tau must be >= 0, got {tau}")
+        check_tau_rule(overlap, tau, match)
         self.target_overlap = overlap
         self.tau = tau
+        self.match = match
+        if match is not None:
+            self.client_summaries = (BASIS_KEY,)
 
     def _descriptors(self, clients: list[ClientInfo]) -> list[Descriptor]:
         missing = [c.cid for c in clients if c.descriptor is None]
@@ -44,7 +80,7 @@ class FeDepth(ClusteredStrategy):
         means, variances = stack_descriptors(self._descriptors(self.clients))
         self.A = clustering.jeffreys_matrix(means, variances)
         if self.tau is None:
-            result = clustering.calibrate(self.A, self.target_overlap)
+            result = choose_clustering(self.A, self.clients, self.target_overlap, self.match)
             self.tau = result.tau
             return result.M_star
         return clustering.soft_clustering(self.A, self.tau).M_star

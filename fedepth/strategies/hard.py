@@ -1,8 +1,9 @@
 """Hard clustering (paper Table 3a): average-linkage clusters of the Jeffreys matrix cut at tau.
 
 The same descriptors and the same tau as FeDepth (calibrated for the same target overlap ratio,
-or given), but every client in exactly one cluster, as in the agglomerative clustering PACFL
-uses. Unseen sequences go to the single cluster with the smallest mean divergence.
+matched to the same partition, or given), but every client in exactly one cluster, as in the
+agglomerative clustering PACFL uses. Unseen sequences go to the single cluster with the smallest
+mean divergence.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import numpy as np
 from fedepth import clustering
 from fedepth.descriptor import Descriptor, stack_descriptors
 from fedepth.strategies.base import ClientInfo, ClusteredStrategy, RouteDecision
+from fedepth.strategies.fedepth import check_tau_rule, choose_clustering
+from fedepth.strategies.pacfl import BASIS_KEY
 
 
 class HardClustering(ClusteredStrategy):
@@ -21,10 +24,16 @@ class HardClustering(ClusteredStrategy):
 
     name = "hard"
 
-    def __init__(self, *, overlap: float = 0.2, tau: float | None = None) -> None:
+    def __init__(
+        self, *, overlap: float = 0.2, tau: float | None = None, match: str | None = None
+    ) -> None:
         super().__init__()
+        check_tau_rule(overlap, tau, match)
         self.target_overlap = overlap
         self.tau = tau
+        self.match = match
+        if match is not None:
+            self.client_summaries = (BASIS_KEY,)
 
     def form_clusters(self) -> np.ndarray:
         if any(c.descriptor is None for c in self.clients):
@@ -32,7 +41,7 @@ class HardClustering(ClusteredStrategy):
         means, variances = stack_descriptors([c.descriptor for c in self.clients if c.descriptor])
         A = clustering.jeffreys_matrix(means, variances)
         if self.tau is None:
-            self.tau = clustering.calibrate_tau(A, self.target_overlap)
+            self.tau = choose_clustering(A, self.clients, self.target_overlap, self.match).tau
         return clustering.hard_clusters(A, self.tau)
 
     def route(

@@ -27,6 +27,25 @@ BASIS_KEY = "pacfl_basis"
 BASIS_SIZE = 3
 
 
+def pacfl_partition(
+    bases: list[np.ndarray], threshold: float | None = None
+) -> tuple[np.ndarray, float]:
+    """PACFL's hard clusters (K x N) of clients with these subspace bases, and the cut in
+    degrees: ``threshold``, or the largest gap of the dendrogram's merge heights when None."""
+    angles = clustering.principal_angle_matrix(bases)
+    if threshold is None:
+        threshold = clustering.largest_gap_threshold(angles)
+    return clustering.hard_clusters(angles, threshold), threshold
+
+
+def client_bases(infos: list[ClientInfo]) -> list[np.ndarray]:
+    """Every client's PACFL subspace basis (``extra[BASIS_KEY]``); names the clients without."""
+    missing = [c.cid for c in infos if BASIS_KEY not in c.extra]
+    if missing:
+        raise ValueError(f"pacfl needs extra[{BASIS_KEY!r}] from every client; missing: {missing}")
+    return [np.asarray(c.extra[BASIS_KEY]) for c in infos]
+
+
 class PACFL(ClusteredStrategy):
     """One-shot hard clustering on principal angles between client feature subspaces."""
 
@@ -37,22 +56,12 @@ class PACFL(ClusteredStrategy):
         super().__init__()
         self.threshold = threshold
 
-    def _bases(self, infos: list[ClientInfo]) -> list[np.ndarray]:
-        missing = [c.cid for c in infos if BASIS_KEY not in c.extra]
-        if missing:
-            raise ValueError(
-                f"pacfl needs extra[{BASIS_KEY!r}] from every client; missing: {missing}"
-            )
-        return [np.asarray(c.extra[BASIS_KEY]) for c in infos]
-
     def form_clusters(self) -> np.ndarray:
-        angles = clustering.principal_angle_matrix(self._bases(self.clients))
-        if self.threshold is None:
-            self.threshold = clustering.largest_gap_threshold(angles)
-        return clustering.hard_clusters(angles, self.threshold)
+        M, self.threshold = pacfl_partition(client_bases(self.clients), self.threshold)
+        return M
 
     def _nearest(self, basis: np.ndarray) -> list[int]:
-        bases = self._bases(self.clients)
+        bases = client_bases(self.clients)
         angles = clustering.principal_angle_matrix([basis, *bases])[0, 1:]
         return [int(np.argmin(clustering.cluster_scores(angles, self.M_star)))]
 

@@ -28,17 +28,26 @@ def _basis() -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    ("name", "wanted"),
-    [("fedepth", ()), ("fedavg", ()), ("hard", ()), ("pacfl", ("pacfl_basis",))],
+    ("name", "params", "wanted"),
+    [
+        ("fedepth", {}, ()),
+        ("fedavg", {}, ()),
+        ("hard", {}, ()),
+        ("pacfl", {}, ("pacfl_basis",)),
+        # tau chosen to reproduce PACFL's partition (the paper's BMR rule) needs the bases too
+        ("fedepth", {"match": "pacfl"}, ("pacfl_basis",)),
+        ("hard", {"match": "pacfl"}, ("pacfl_basis",)),
+    ],
 )
 def test_register_reply_names_the_summaries_the_strategy_needs(
     name: str,
+    params: dict[str, str],
     wanted: tuple[str, ...],
     config_factory: Callable[..., CoordinatorConfig],
     connect: Callable[..., CoordinatorClient],
 ) -> None:
-    assert create_strategy(name).client_summaries == wanted
-    with running(config_factory(strategy={"name": name, "params": {}})) as server:
+    assert create_strategy(name, **params).client_summaries == wanted
+    with running(config_factory(strategy={"name": name, "params": params})) as server:
         reg = connect(server.port, "robot-000").register(10, {})
     assert reg.summaries == wanted
 

@@ -137,3 +137,55 @@ def test_errors() -> None:
     avg.initialize(_clients([0.0], [1]), _state(0.0))
     with pytest.raises(KeyError, match="unknown client 'x'"):
         avg.model_for("x")
+
+
+def _basis(deg: float, axis: int) -> np.ndarray:
+    """A one-column PACFL basis in R^3: unit vector ``deg`` degrees away from axis ``axis``
+    (0: e1, rotating toward e2; 2: e3, rotating toward e2)."""
+    c, s = np.cos(np.radians(deg)), np.sin(np.radians(deg))
+    v = np.array([c, s, 0.0]) if axis == 0 else np.array([0.0, s, c])
+    return v[:, None]
+
+
+def test_fedepth_and_hard_match_pacfl_partition() -> None:
+    """BMR's rule: tau chosen so the soft clusters reproduce PACFL's partition, and hard
+    clustering at that tau. The bases split {c0, c1, c2} from {c3, c4, c5} (angles <= 10
+    degrees within, >= 80 between); the descriptors (means 0, 1, 2 and 10, 11, 13) reach that
+    grouping from tau = 4 on."""
+    mus = [0.0, 1.0, 2.0, 10.0, 11.0, 13.0]
+    bases = [_basis(0, 0), _basis(5, 0), _basis(10, 0), _basis(0, 2), _basis(5, 2), _basis(10, 2)]
+    clients = [
+        ClientInfo(f"c{i}", 10, _desc(m), extra={"pacfl_basis": b})
+        for i, (m, b) in enumerate(zip(mus, bases, strict=True))
+    ]
+    partition = [[1, 1, 1, 0, 0, 0], [0, 0, 0, 1, 1, 1]]
+    pacfl = create_strategy("pacfl")
+    pacfl.initialize(clients, _state(0.0))
+    np.testing.assert_array_equal(pacfl.M_star, partition)
+    soft = create_strategy("fedepth", match="pacfl")
+    hard = create_strategy("hard", match="pacfl")
+    assert soft.client_summaries == hard.client_summaries == ("pacfl_basis",)
+    assert create_strategy("fedepth").client_summaries == ()
+    for s in (soft, hard):
+        s.initialize(clients, _state(0.0))
+        assert s.tau == pytest.approx(4.0)  # hard clustering at FeDepth's tau
+    np.testing.assert_array_equal(soft.M_star, partition)
+    # average linkage at tau 4: {10, 11} (1) and 13 stay apart, their mean distance is 6.5
+    np.testing.assert_array_equal(
+        hard.M_star, [[1, 1, 1, 0, 0, 0], [0, 0, 0, 1, 1, 0], [0, 0, 0, 0, 0, 1]]
+    )
+    # the 20 % overlap rule on the same fleet gives other clusters
+    calibrated = create_strategy("fedepth")
+    calibrated.initialize(clients, _state(0.0))
+    assert calibrated.M_star.shape[0] != 2 or calibrated.tau != pytest.approx(4.0)
+    with pytest.raises(ValueError, match="pacfl_basis"):
+        create_strategy("fedepth", match="pacfl").initialize(_clients(MUS, SIZES), _state(0.0))
+
+
+def test_tau_rule_errors() -> None:
+    with pytest.raises(ValueError, match="unknown match 'kmeans'; known: pacfl"):
+        create_strategy("fedepth", match="kmeans")
+    with pytest.raises(ValueError, match="tau or match"):
+        create_strategy("hard", tau=1.0, match="pacfl")
+    with pytest.raises(ValueError, match="overlap"):
+        create_strategy("hard", overlap=1.5)
