@@ -24,6 +24,7 @@ from fedepth.bench import (
     run_config,
     sim_config,
 )
+from fedepth.bench.figures import shown_sequences
 from fedepth.models import save_weights
 from fedepth.models.base import DESCRIPTOR_LAYERS
 from fedepth.runstate import load_finished
@@ -585,3 +586,11 @@ def test_curve_change_uses_the_last_evaluated_rounds() -> None:
         pytest.approx(-0.375),
     )
     assert curve_change([None, 0.4]) is None
+
+
+def test_predictions_show_sequences_from_every_part_of_the_test_set() -> None:
+    rooms = [f"nyu_test_{i}" for i in range(8)]
+    drives = [f"kitti_test_{i}" for i in range(4)]
+    shown = shown_sequences([*rooms, *drives])
+    assert shown == [*(rooms[i] for i in (0, 2, 4, 7)), drives[1], drives[3]]
+    assert shown_sequences(rooms[:3]) == rooms[:3]

@@ -2,7 +2,7 @@
 
 Curves: training loss and test Abs Rel per round (mean ± one sample std over the seeds);
 clusters: the Jeffreys matrix and FeDepth's cluster map; predictions: RGB, ground truth and
-each method's prediction per test sequence.
+each method's prediction for six test sequences spread over the test set.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def write_figures(
     plt.close(fig)
 
     shown = [name for name in runs if name in pictures][:4]
-    seqs = fleet.test[:6]
+    seqs = shown_sequences(fleet.test)
     if not shown or not seqs:
         return
     cols = 2 + len(shown)
@@ -135,3 +135,13 @@ def write_figures(
     fig.tight_layout()
     fig.savefig(out / "predictions.png", dpi=110)
     plt.close(fig)
+
+
+def shown_sequences(names: Sequence[str], rows: int = 6) -> list[str]:
+    """The test sequences predictions.png shows: ``rows`` of them spread evenly over the list
+    (which the scenarios order by domain), so that every part of the test set is seen (BMR's
+    drives come after its eight rooms) and not only its first sequences."""
+    if len(names) <= rows:
+        return list(names)
+    picks = np.unique(np.linspace(0, len(names) - 1, rows).round().astype(int))
+    return [names[i] for i in picks]
