@@ -24,7 +24,7 @@ from fedepth.bench import (
     run_config,
     sim_config,
 )
-from fedepth.bench.figures import shown_sequences
+from fedepth.bench.figures import shown_methods, shown_sequences
 from fedepth.models import save_weights
 from fedepth.models.base import DESCRIPTOR_LAYERS
 from fedepth.runstate import load_finished
@@ -594,3 +594,10 @@ def test_predictions_show_sequences_from_every_part_of_the_test_set() -> None:
     shown = shown_sequences([*rooms, *drives])
     assert shown == [*(rooms[i] for i in (0, 2, 4, 7)), drives[1], drives[3]]
     assert shown_sequences(rooms[:3]) == rooms[:3]
+
+
+def test_predictions_always_show_fedepth() -> None:
+    table = ["cl", "fedavg", "pacfl", "hard", "fedepth", "fedepth@20%"]
+    assert shown_methods(table) == ["cl", "fedavg", "pacfl", "fedepth"]
+    assert shown_methods(["fedavg", "fedepth"]) == ["fedavg", "fedepth"]
+    assert shown_methods(["cl", "fedavg", "pacfl", "hard", "fedprox"]) == table[:4]

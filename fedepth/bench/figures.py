@@ -108,7 +108,7 @@ def write_figures(
     fig.savefig(out / "clusters.png", dpi=110)
     plt.close(fig)
 
-    shown = [name for name in runs if name in pictures][:4]
+    shown = shown_methods([name for name in runs if name in pictures])
     seqs = shown_sequences(fleet.test)
     if not shown or not seqs:
         return
@@ -135,6 +135,15 @@ def write_figures(
     fig.tight_layout()
     fig.savefig(out / "predictions.png", dpi=110)
     plt.close(fig)
+
+
+def shown_methods(names: Sequence[str], columns: int = 4) -> list[str]:
+    """The methods predictions.png shows: the first ``columns`` in table order, FeDepth always
+    among them (in the last column when it comes later, as behind CL and the baselines)."""
+    shown = list(names[:columns])
+    if "fedepth" in names and "fedepth" not in shown:
+        shown[-1] = "fedepth"
+    return shown
 
 
 def shown_sequences(names: Sequence[str], rows: int = 6) -> list[str]:
