@@ -352,6 +352,9 @@ def match_partition(
     tau (the most specific clusters), as in :func:`calibrate`. The reference is met exactly
     only where A's within-group divergences all lie below its between-group ones; otherwise
     this is the closest grouping a threshold can give, which :func:`rand_index` measures.
+    Each candidate costs an N x N co-membership product: meant for fleets of up to a few
+    hundred clients (32 clients: 0.5 s, 200 clients: 12 s on a busy 2-core CPU), not for
+    :func:`calibrate`'s tens of thousands.
     """
     a = _check_square(A)
     ref = np.asarray(reference, dtype=bool)
