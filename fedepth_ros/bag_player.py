@@ -23,7 +23,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, suppress
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -313,10 +313,19 @@ def cli_overrides(ns: argparse.Namespace) -> list[Parameter[Any]]:
 
 
 def _spin(executor: SingleThreadedExecutor, stop: threading.Event) -> None:
-    """Serve the node (parameter services); a signal ends the spin and stops playback."""
+    """Serve the node (parameter services); a signal ends the spin and stops playback.
+
+    A signal shuts the context down from another thread: the executor then raises either
+    ExternalShutdownException or, when the shutdown lands while it builds its wait set, an
+    RCLError ("the given context is not valid"). Both mean "stop"; an error while the context
+    is still valid is a real one and propagates."""
     try:
-        with suppress(ExternalShutdownException):
-            executor.spin()
+        executor.spin()
+    except ExternalShutdownException:
+        pass
+    except Exception:
+        if executor.context.ok():
+            raise
     finally:
         stop.set()
 

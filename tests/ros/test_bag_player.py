@@ -187,3 +187,42 @@ def test_a_lossless_player_whose_subscriber_never_acknowledges_exits_3(
         reader.wait()
     assert rc == 3, log
     assert "not every message was acknowledged within 2 s" in log
+
+
+def test_the_spin_thread_treats_a_shutdown_while_building_its_wait_set_as_a_stop() -> None:
+    """A Ctrl-C shuts the context down from the signal handler; when that lands while the
+    executor builds its wait set, rclpy raises RCLError ('the given context is not valid')
+    instead of ExternalShutdownException (seen as a traceback in a fleet's terminal). The
+    executor here hits that window every time; an error with the context alive propagates."""
+    import threading
+
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+
+    from fedepth_ros.bag_player import _spin
+
+    class RacingExecutor(SingleThreadedExecutor):
+        def __init__(self, context: rclpy.Context, *, shut_down: bool) -> None:
+            super().__init__(context=context)
+            self.shut_down = shut_down
+
+        def spin(self) -> None:
+            if self.shut_down:
+                rclpy.shutdown(context=self.context)  # the signal, during the wait-set build
+            raise _rclpy.RCLError("failed to initialize wait set: the given context is not valid")
+
+    for shut_down in (True, False):
+        context = rclpy.Context()
+        rclpy.init(context=context, domain_id=0)
+        executor = RacingExecutor(context, shut_down=shut_down)
+        stop = threading.Event()
+        try:
+            if shut_down:
+                _spin(executor, stop)  # no traceback: a stop
+            else:
+                with pytest.raises(_rclpy.RCLError):
+                    _spin(executor, stop)  # a real error while the context is alive
+        finally:
+            rclpy.try_shutdown(context=context)
+        assert stop.is_set()
