@@ -330,14 +330,20 @@ def rand_index(M1: npt.ArrayLike, M2: npt.ArrayLike) -> float:
     """Agreement of two cluster maps of the same N clients (soft or hard, any K): the fraction
     of client pairs that both put together (sharing a cluster) or both keep apart. 1 for the
     same grouping; for hard maps this is the Rand index. 1 for a single client."""
-    c1, c2 = co_membership(M1), co_membership(M2)
-    if c1.shape != c2.shape:
-        raise ValueError(f"the maps cluster {c1.shape[0]} and {c2.shape[0]} clients")
-    n = c1.shape[0]
-    if n < 2:
-        return 1.0
-    iu = np.triu_indices(n, 1)
-    return float(np.mean(c1[iu] == c2[iu]))
+    p1, p2 = _pairs_together(M1), _pairs_together(M2)
+    if p1.size != p2.size:
+        raise ValueError(f"the maps cluster {_clients(M1)} and {_clients(M2)} clients")
+    return float(np.mean(p1 == p2)) if p1.size else 1.0
+
+
+def _clients(M: npt.ArrayLike) -> int:
+    return int(np.asarray(M).shape[-1])
+
+
+def _pairs_together(M: npt.ArrayLike) -> BoolArray:
+    """:func:`co_membership` over the pairs i < j, flattened (row by row)."""
+    c = co_membership(M)
+    return np.asarray(c[np.triu_indices(c.shape[0], 1)], dtype=bool)
 
 
 def match_partition(
@@ -370,9 +376,10 @@ def match_partition(
     if cand.size > exhaustive_limit:
         cand = np.unique(np.quantile(cand, np.linspace(0.0, 1.0, exhaustive_limit)))
     pairs = _PairMap(a, float(cand[-1]))
+    target = _pairs_together(ref)  # once, not per candidate
     best_tau, best_score = float(cand[0]), -1.0
     for t in cand:
-        score = rand_index(pairs.clustering(float(t)).M_star, ref)
+        score = float(np.mean(_pairs_together(pairs.clustering(float(t)).M_star) == target))
         if score > best_score:  # strictly better: the smallest tau of the ties stays
             best_tau, best_score = float(t), score
     return pairs.clustering(best_tau)

@@ -181,8 +181,14 @@ def test_a_single_seed_report_has_plain_numbers_and_no_marks() -> None:
 def test_the_report_says_how_each_clustered_method_set_its_threshold() -> None:
     results = _results({"fedavg": [0.2], "fedepth": [0.1], "hard": [0.12], "pacfl": [0.11]})
     m = results["methods"]
-    m["fedepth"]["seeds"]["0"]["params"] = {"match": "pacfl", "tau": 684.0}
-    m["pacfl"]["seeds"]["0"]["params"] = {"threshold": 12.5}
+    rule = "chosen so the clusters best reproduce PACFL's partition"
+    m["fedepth"]["seeds"]["0"]["params"] = {"match": "pacfl", "tau": 684.0, "threshold_rule": rule}
+    calibrated = "calibrated for 20% overlap"
+    m["hard"]["seeds"]["0"]["params"] = {"tau": 1.5, "threshold_rule": calibrated}
+    m["pacfl"]["seeds"]["0"]["params"] = {
+        "threshold": 12.5,
+        "threshold_rule": "PACFL's largest dendrogram gap",
+    }
     m["fedavg"]["seeds"]["0"]["params"] = {}  # one cluster of everyone, no threshold
     lines = render_report(results).split("Cluster thresholds (the first seed's):")[1]
     assert (

@@ -214,6 +214,8 @@ def test_bench_cli_on_bmr(
     sim = json.loads((out / "config.json").read_text())["sim"]
     assert sim["method_params"]["fedepth"] == {"match": "pacfl"}
     assert "fedepth" in results["methods"]
+    params = results["methods"]["fedepth"]["params"]
+    assert params["threshold_rule"] == "chosen so the clusters best reproduce PACFL's partition"
 
 
 @pytest.mark.parametrize(

@@ -241,19 +241,9 @@ def curve_change(
     return points[0], points[-1], (points[-1] - points[0]) / points[0]
 
 
-def _tau_rule(params: Mapping[str, Any]) -> str:
-    """How a clustered method's threshold was set, from its recorded parameters."""
-    if params.get("match") == "pacfl":
-        return "chosen so the clusters best reproduce PACFL's partition"
-    if "overlap" in params:
-        return f"calibrated for {float(params['overlap']):.0%} overlap"
-    if "threshold" in params:
-        return "PACFL's largest dendrogram gap" if "tau" not in params else "given"
-    return "calibrated for 20% overlap"
-
-
 def _thresholds(m: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """One line per clustered method: its threshold (first seed), how it was set, and K."""
+    """One line per clustered method: its threshold (first seed), how it was set (runs recorded
+    before ``threshold_rule`` existed say nothing of it), and K."""
     lines = []
     for name, entry in m.items():
         first = next(iter((entry.get("seeds") or {"": entry}).values()))
@@ -262,10 +252,9 @@ def _thresholds(m: Mapping[str, Mapping[str, Any]]) -> list[str]:
         if value is None or not first.get("clusters"):
             continue
         unit = "" if "tau" in params else " degrees"
-        lines.append(
-            f"- {name}: threshold {float(value):.4g}{unit} ({_tau_rule(params)}), "
-            f"K = {_clusters_k(entry)}"
-        )
+        rule = f" ({params['threshold_rule']})" if "threshold_rule" in params else ""
+        k = _clusters_k(entry)
+        lines.append(f"- {name}: threshold {float(value):.4g}{unit}{rule}, K = {k}")
     if not lines:
         return []
     return ["Cluster thresholds (the first seed's):", "", *lines, ""]

@@ -117,7 +117,8 @@ def strategy_outputs(
     strategy: Strategy, params: Mapping[str, Any], *, pooled: bool = False
 ) -> tuple[list[list[int]], dict[str, Any]]:
     """A trained strategy's cluster members (none for global or pooled methods) and its
-    parameters with the thresholds it settled on (tau, PACFL's threshold)."""
+    parameters with the thresholds it settled on (tau, PACFL's threshold) and how they were set
+    (``threshold_rule``)."""
     clusters = (
         [np.flatnonzero(r).tolist() for r in strategy.M_star]
         if hasattr(strategy, "M_star") and not pooled
@@ -127,6 +128,9 @@ def strategy_outputs(
     for key in ("tau", "threshold"):
         if getattr(strategy, key, None) is not None:
             out[key] = float(getattr(strategy, key))
+    rule = getattr(strategy, "threshold_rule", None)
+    if rule is not None and not pooled:
+        out["threshold_rule"] = str(rule)
     return clusters, out
 
 

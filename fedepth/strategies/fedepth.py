@@ -27,32 +27,58 @@ from fedepth.strategies.pacfl import BASIS_KEY, client_bases, pacfl_partition
 MATCH_RULES = ("pacfl",)
 
 
-def check_tau_rule(overlap: float, tau: float | None, match: str | None) -> None:
-    """Refuse a tau rule that cannot work: a tau < 0, an overlap outside [0, 1], an unknown
-    ``match``, or ``match`` with a fixed tau (two rules for one threshold)."""
-    if match is not None and match not in MATCH_RULES:
-        raise ValueError(f"unknown match {match!r}; known: {', '.join(MATCH_RULES)}")
-    if match is not None and tau is not None:
-        raise ValueError("give tau or match, not both: each sets the threshold")
-    if tau is None and not 0.0 <= overlap <= 1.0:
-        raise ValueError(f"overlap must lie in [0, 1], got {overlap}")
-    if tau is not None and tau < 0:
-        raise ValueError(f"tau must be >= 0, got {tau}")
+class TauRule:
+    """How FeDepth, and hard clustering at FeDepth's threshold, set tau (a mixin).
+
+    ``tau`` given: used as is. Else ``match="pacfl"``: the tau whose soft clusters best
+    reproduce PACFL's partition (every client then also sends its PACFL basis). Else: the tau
+    calibrated for the ``overlap`` ratio. :attr:`threshold_rule` says which, for the report.
+    """
+
+    client_summaries: tuple[str, ...]
+    tau: float | None
+
+    def _init_tau_rule(self, overlap: float, tau: float | None, match: str | None) -> None:
+        """Check and keep the rule; refuses a tau < 0, an overlap outside [0, 1], an unknown
+        ``match``, or ``match`` with a fixed tau (two rules for one threshold)."""
+        if match is not None and match not in MATCH_RULES:
+            raise ValueError(f"unknown match {match!r}; known: {', '.join(MATCH_RULES)}")
+        if match is not None and tau is not None:
+            raise ValueError("give tau or match, not both: each sets the threshold")
+        if tau is None and not 0.0 <= overlap <= 1.0:
+            raise ValueError(f"overlap must lie in [0, 1], got {overlap}")
+        if tau is not None and tau < 0:
+            raise ValueError(f"tau must be >= 0, got {tau}")
+        self.target_overlap = overlap
+        self.tau = tau
+        self.match = match
+        self._tau_given = tau is not None
+        if match is not None:
+            self.client_summaries = (BASIS_KEY,)
+
+    @property
+    def threshold_rule(self) -> str:
+        """How tau was (or will be) set, in words."""
+        if self._tau_given:
+            return "given"
+        if self.match == "pacfl":
+            return "chosen so the clusters best reproduce PACFL's partition"
+        return f"calibrated for {self.target_overlap:.0%} overlap"
+
+    def _settle_tau(self, A: np.ndarray, clients: list[ClientInfo]) -> clustering.Clustering:
+        """FeDepth's clustering of the Jeffreys matrix ``A`` by the rule; sets ``tau``."""
+        if self.tau is not None:
+            return clustering.soft_clustering(A, self.tau)
+        if self.match == "pacfl":
+            reference, _ = pacfl_partition(client_bases(clients))
+            result = clustering.match_partition(A, reference)
+        else:
+            result = clustering.calibrate(A, self.target_overlap)
+        self.tau = result.tau
+        return result
 
 
-def choose_clustering(
-    A: np.ndarray, clients: list[ClientInfo], overlap: float, match: str | None
-) -> clustering.Clustering:
-    """FeDepth's clustering of the Jeffreys matrix ``A`` when no tau is given: the one whose
-    grouping best reproduces PACFL's partition of ``clients`` (``match="pacfl"``), else the one
-    calibrated for the ``overlap`` ratio."""
-    if match == "pacfl":
-        reference, _ = pacfl_partition(client_bases(clients))
-        return clustering.match_partition(A, reference)
-    return clustering.calibrate(A, overlap)
-
-
-class FeDepth(ClusteredStrategy):
+class FeDepth(TauRule, ClusteredStrategy):
     """Soft clustered FL; ``tau`` fixed, or (tau None) calibrated for ``overlap``, or chosen
     to reproduce a hard partition (``match="pacfl"``: then ``overlap`` is not used, and every
     client also sends its PACFL subspace basis)."""
@@ -63,12 +89,7 @@ class FeDepth(ClusteredStrategy):
         self, *, overlap: float = 0.2, tau: float | None = None, match: str | None = None
     ) -> None:
         super().__init__()
-        check_tau_rule(overlap, tau, match)
-        self.target_overlap = overlap
-        self.tau = tau
-        self.match = match
-        if match is not None:
-            self.client_summaries = (BASIS_KEY,)
+        self._init_tau_rule(overlap, tau, match)
 
     def _descriptors(self, clients: list[ClientInfo]) -> list[Descriptor]:
         missing = [c.cid for c in clients if c.descriptor is None]
@@ -79,11 +100,7 @@ class FeDepth(ClusteredStrategy):
     def form_clusters(self) -> np.ndarray:
         means, variances = stack_descriptors(self._descriptors(self.clients))
         self.A = clustering.jeffreys_matrix(means, variances)
-        if self.tau is None:
-            result = choose_clustering(self.A, self.clients, self.target_overlap, self.match)
-            self.tau = result.tau
-            return result.M_star
-        return clustering.soft_clustering(self.A, self.tau).M_star
+        return self._settle_tau(self.A, self.clients).M_star
 
     def divergences(self, descriptor: Descriptor) -> np.ndarray:
         """Jeffreys divergence from a descriptor to every registered client (N,)."""

@@ -15,11 +15,10 @@ import numpy as np
 from fedepth import clustering
 from fedepth.descriptor import Descriptor, stack_descriptors
 from fedepth.strategies.base import ClientInfo, ClusteredStrategy, RouteDecision
-from fedepth.strategies.fedepth import check_tau_rule, choose_clustering
-from fedepth.strategies.pacfl import BASIS_KEY
+from fedepth.strategies.fedepth import TauRule
 
 
-class HardClustering(ClusteredStrategy):
+class HardClustering(TauRule, ClusteredStrategy):
     """Agglomerative (average linkage) clusters on the Jeffreys matrix at FeDepth's tau."""
 
     name = "hard"
@@ -28,21 +27,14 @@ class HardClustering(ClusteredStrategy):
         self, *, overlap: float = 0.2, tau: float | None = None, match: str | None = None
     ) -> None:
         super().__init__()
-        check_tau_rule(overlap, tau, match)
-        self.target_overlap = overlap
-        self.tau = tau
-        self.match = match
-        if match is not None:
-            self.client_summaries = (BASIS_KEY,)
+        self._init_tau_rule(overlap, tau, match)
 
     def form_clusters(self) -> np.ndarray:
         if any(c.descriptor is None for c in self.clients):
             raise ValueError("hard clustering needs a descriptor from every client")
         means, variances = stack_descriptors([c.descriptor for c in self.clients if c.descriptor])
         A = clustering.jeffreys_matrix(means, variances)
-        if self.tau is None:
-            self.tau = choose_clustering(A, self.clients, self.target_overlap, self.match).tau
-        return clustering.hard_clusters(A, self.tau)
+        return clustering.hard_clusters(A, self._settle_tau(A, self.clients).tau)
 
     def route(
         self,

@@ -55,6 +55,9 @@ class PACFL(ClusteredStrategy):
     def __init__(self, *, threshold: float | None = None) -> None:
         super().__init__()
         self.threshold = threshold
+        self.threshold_rule = (
+            "given" if threshold is not None else "PACFL's largest dendrogram gap"
+        )
 
     def form_clusters(self) -> np.ndarray:
         M, self.threshold = pacfl_partition(client_bases(self.clients), self.threshold)

@@ -174,10 +174,18 @@ def test_fedepth_and_hard_match_pacfl_partition() -> None:
     np.testing.assert_array_equal(
         hard.M_star, [[1, 1, 1, 0, 0, 0], [0, 0, 0, 1, 1, 0], [0, 0, 0, 0, 0, 1]]
     )
-    # the 20 % overlap rule on the same fleet gives other clusters
+    # the 20 % overlap rule on the same fleet bridges the two groups: 2 of 6 clients (c2, c3)
+    # in both clusters is the overlap closest to 20 %, reached at tau = (10 - 2)^2 = 64
     calibrated = create_strategy("fedepth")
     calibrated.initialize(clients, _state(0.0))
     assert calibrated.M_star.shape[0] != 2 or calibrated.tau != pytest.approx(4.0)
+    assert calibrated.tau == pytest.approx(64.0)
+    np.testing.assert_array_equal(calibrated.M_star, [[1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]])
+    # how each threshold was set, as the report states it
+    assert soft.threshold_rule == "chosen so the clusters best reproduce PACFL's partition"
+    assert calibrated.threshold_rule == "calibrated for 20% overlap"
+    assert create_strategy("hard", tau=2.0).threshold_rule == "given"
+    assert pacfl.threshold_rule == "PACFL's largest dendrogram gap"
     with pytest.raises(ValueError, match="pacfl_basis"):
         create_strategy("fedepth", match="pacfl").initialize(_clients(MUS, SIZES), _state(0.0))
 
