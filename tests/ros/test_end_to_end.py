@@ -44,12 +44,19 @@ UNSEEN = "test/falcon_forest_road_2"
 DESCRIPTOR_FRAMES = 3
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+def wait_until(
+    predicate: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    explain: Callable[[], str] | None = None,
+) -> None:
+    """Poll ``predicate`` until it holds; on timeout fail with ``explain()`` attached."""
     pause = threading.Event()
     end = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+            detail = f"\n{explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}{detail}")
         pause.wait(0.2)
 
 
@@ -220,7 +227,10 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
             }
             processes.node(ns, "fedepth_ros.robot_node", ns, params)
             player = [sys.executable, "-m", "fedepth_ros.bag_player", str(bags[ns])]
-            player += ["--wait-for-subscribers", "1", "--wait-timeout", "90", "--ros-args", "-r"]
+            player += ["--wait-for-subscribers", "1", "--wait-timeout", "90"]
+            # as for the unseen sequence below: the node's best-effort reader can match the
+            # writer after the writer saw it, and a robot that loses its frames never joins
+            player += ["--start-delay", "1.0", "--ros-args", "-r"]
             processes.start(f"player_{ns}", [*player, f"__ns:=/{ns}"])
 
         def finished() -> bool:
@@ -228,7 +238,11 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
                 assert proc.poll() is None or name.startswith("player"), processes.logs()
             return ops.fleet_status().phase is Phase.FINISHED
 
-        wait_until(finished, 150, "two federated rounds")
+        def explain() -> str:
+            coordinator_log = (tmp_path / "coordinator.log").read_text(errors="replace")
+            return f"{processes.logs()}\n--- coordinator\n{coordinator_log[-3000:]}"
+
+        wait_until(finished, 150, "two federated rounds", explain)
         fleet = ops.fleet_status()
         assert fleet.round >= 1 and len(fleet.history) == 2, fleet
         assert [h.accepted for h in fleet.history] == [2, 2]
