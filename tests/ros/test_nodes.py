@@ -77,6 +77,10 @@ def test_depth_node_with_a_local_model_publishes_depth_for_every_frame(
             "1",
             "--wait-timeout",
             str(TIMEOUT),
+            # the node's best-effort reader can match the player's writer after the writer saw
+            # it (what is sent in between is lost): wait 1 s as tests/ros/test_end_to_end does
+            "--start-delay",
+            "1.0",
             "--ros-args",
             "-r",
             "__ns:=/d",
@@ -134,7 +138,15 @@ def test_depth_node_defaults_deliver_640x480_depth_to_a_sensor_data_subscriber(
     node = start_node("depth_node", "vga", {"coordinator": '""', "weights": weights}, ros_env)
     assert listener.wait_for_publishers([topic], timeout=6 * TIMEOUT), node.poll()
     play = [str(bag), "--topics", "/image,/camera_info", "--wait-for-subscribers", "1"]
-    play += ["--wait-timeout", str(TIMEOUT), "--ros-args", "-r", "__ns:=/vga"]
+    play += [
+        "--wait-timeout",
+        str(TIMEOUT),
+        "--start-delay",
+        "1.0",
+        "--ros-args",
+        "-r",
+        "__ns:=/vga",
+    ]
     player = start_player(play, ros_env)
     got_all = listener.wait_for({topic: len(frames)})
     rc_player, player_log = finish(player)
