@@ -27,6 +27,12 @@ from fedepth.data.bag_writer import synthetic_frames, write_rgbd_bag
 
 N_FRAMES = 20
 RATE_HZ = 20.0
+#: bag_player arguments of a one-shot playback to a node's best-effort subscription: wait for
+#: the subscriber, then 1 s more. The player sees the subscription (its writer matched) before
+#: the node's reader has matched the writer, and what is sent in between is lost: a fresh CI
+#: run lost all 4 frames of a depth node's bag once, and a robot that loses its frames never
+#: describes itself, never joins, and the run waits for it until the test times out.
+PLAY_AFTER_MATCH = ("--wait-for-subscribers", "1", "--start-delay", "1.0")
 _domains = itertools.count()
 
 

@@ -31,7 +31,7 @@ from fedepth_coordinator.config import CoordinatorConfig, config_from_dict
 from fedepth_coordinator.domain import Phase
 from fedepth_coordinator.simulate import CoordinatorProcess
 
-from .conftest import Listener
+from .conftest import PLAY_AFTER_MATCH, Listener
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -227,10 +227,7 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
             }
             processes.node(ns, "fedepth_ros.robot_node", ns, params)
             player = [sys.executable, "-m", "fedepth_ros.bag_player", str(bags[ns])]
-            player += ["--wait-for-subscribers", "1", "--wait-timeout", "90"]
-            # as for the unseen sequence below: the node's best-effort reader can match the
-            # writer after the writer saw it, and a robot that loses its frames never joins
-            player += ["--start-delay", "1.0", "--ros-args", "-r"]
+            player += [*PLAY_AFTER_MATCH, "--wait-timeout", "90", "--ros-args", "-r"]
             processes.start(f"player_{ns}", [*player, f"__ns:=/{ns}"])
 
         def finished() -> bool:
@@ -281,19 +278,7 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
         processes.node("depth", "fedepth_ros.depth_node", "unseen", depth_params)
         assert listener.wait_for_publishers(["/unseen/depth_pred/image"], timeout=60)
         player = [sys.executable, "-m", "fedepth_ros.bag_player", str(unseen_bag)]
-        player += [
-            "--topics",
-            "/image,/camera_info",
-            "--wait-for-subscribers",
-            "1",
-            "--wait-timeout",
-            "90",
-            # the player sees the node's subscription (its writer matched) before the node's
-            # best-effort reader has matched the writer: what is sent in between is lost, and
-            # 4 frames take 0.3 s (a fresh CI run lost all of them once)
-            "--start-delay",
-            "1.0",
-        ]
+        player += ["--topics", "/image,/camera_info", *PLAY_AFTER_MATCH, "--wait-timeout", "90"]
         processes.start("player_unseen", [*player, "--ros-args", "-r", "__ns:=/unseen"])
         seq = M3EDSequence(*(smoke_hpe / f"{UNSEEN}{s}.h5" for s in ("_data", "_depth_gt")))
         stamps = [f.stamp_ns for f in seq]

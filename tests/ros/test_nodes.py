@@ -19,7 +19,7 @@ from fedepth.data import rosmsg
 from fedepth.data.bag_writer import synthetic_frames, write_rgbd_bag
 from fedepth.models import create_model, save_weights
 
-from .conftest import N_FRAMES, RATE_HZ, TIMEOUT, finish, start_player
+from .conftest import N_FRAMES, PLAY_AFTER_MATCH, RATE_HZ, TIMEOUT, finish, start_player
 
 pytestmark = pytest.mark.ros
 
@@ -73,14 +73,9 @@ def test_depth_node_with_a_local_model_publishes_depth_for_every_frame(
             str(bags["mcap"]),
             "--topics",
             "/image,/camera_info",
-            "--wait-for-subscribers",
-            "1",
+            *PLAY_AFTER_MATCH,
             "--wait-timeout",
             str(TIMEOUT),
-            # the node's best-effort reader can match the player's writer after the writer saw
-            # it (what is sent in between is lost): wait 1 s as tests/ros/test_end_to_end does
-            "--start-delay",
-            "1.0",
             "--ros-args",
             "-r",
             "__ns:=/d",
@@ -137,16 +132,8 @@ def test_depth_node_defaults_deliver_640x480_depth_to_a_sensor_data_subscriber(
     # the defaults, but for the weights and no coordinator to wait for
     node = start_node("depth_node", "vga", {"coordinator": '""', "weights": weights}, ros_env)
     assert listener.wait_for_publishers([topic], timeout=6 * TIMEOUT), node.poll()
-    play = [str(bag), "--topics", "/image,/camera_info", "--wait-for-subscribers", "1"]
-    play += [
-        "--wait-timeout",
-        str(TIMEOUT),
-        "--start-delay",
-        "1.0",
-        "--ros-args",
-        "-r",
-        "__ns:=/vga",
-    ]
+    play = [str(bag), "--topics", "/image,/camera_info", *PLAY_AFTER_MATCH]
+    play += ["--wait-timeout", str(TIMEOUT), "--ros-args", "-r", "__ns:=/vga"]
     player = start_player(play, ros_env)
     got_all = listener.wait_for({topic: len(frames)})
     rc_player, player_log = finish(player)

@@ -25,6 +25,7 @@ from fedepth_coordinator.client import CoordinatorClient, open_channel
 from fedepth_coordinator.domain import Phase
 from fedepth_coordinator.server import running
 
+from .conftest import PLAY_AFTER_MATCH
 from .test_end_to_end import Processes, small_federation, wait_until
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -128,10 +129,7 @@ def test_robot_nodes_send_only_registration_descriptor_and_weights(
                 }
                 processes.node(ns, "fedepth_ros.robot_node", ns, params)
                 player = [sys.executable, "-m", "fedepth_ros.bag_player", str(bag)]
-                # 1 s after the match: a robot whose best-effort reader matched late would
-                # lose its frames and never join (tests/ros/test_end_to_end.py)
-                player += ["--wait-for-subscribers", "1", "--wait-timeout", "90"]
-                player += ["--start-delay", "1.0"]
+                player += [*PLAY_AFTER_MATCH, "--wait-timeout", "90"]
                 processes.start(f"player_{ns}", [*player, "--ros-args", "-r", f"__ns:=/{ns}"])
             ops = CoordinatorClient(open_channel(address), "ops", ops_token, wait_for_ready=True)
             try:
