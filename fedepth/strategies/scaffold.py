@@ -1,8 +1,10 @@
 """SCAFFOLD (Karimireddy et al., ICML 2020): control variates correct client drift.
 
-Client half: :class:`ScaffoldHook` (option II). Server half: :class:`Scaffold`: the global model
-moves by ``eta_g`` times the mean of the participants' model changes, and the server control
-by ``|S| / N`` times the mean of their control changes, ``c <- c + |S|/N * mean(delta c_i)``.
+Client half: :class:`ScaffoldHook` (option II, computed as the mean local gradient, which it
+equals under plain SGD and which stays a gradient under AdamW). Server half: :class:`Scaffold`:
+the global model moves by ``eta_g`` times the mean of the participants' model changes, and the
+server control by ``|S| / N`` times the mean of their control changes,
+``c <- c + |S|/N * mean(delta c_i)``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from fedepth.training import (
     BaseHook,
     ExtraStates,
     param_tensors,
-    snapshot,
     to_numpy,
     trainable_parameters,
 )
@@ -39,50 +40,57 @@ class ScaffoldHook(BaseHook):
     """Client half of SCAFFOLD, option II.
 
     Every local step's gradient is corrected to ``g + c - c_i`` (``c``: server control variate,
-    ``c_i``: this client's). After K local steps with learning rate ``lr`` the client control
-    becomes ``c_i+ = c_i - c + (w_global - w_local) / (K * lr)``; the hook returns
+    ``c_i``: this client's). After K local steps the client control becomes the mean of the K
+    raw minibatch gradients, ``c_i+ = (1/K) sum_k g_k``; the hook returns
     ``delta c_i = c_i+ - c_i`` under :data:`CONTROL_DELTA` for upload and keeps ``c_i+`` in
     :attr:`client_control` for the client to store until its next round.
 
+    With plain SGD this *is* the paper's option II: K steps of ``lr * (g_k + c - c_i)`` give
+    ``(w_global - w_local) / (K * lr) = mean(g_k) + c - c_i``, so ``c_i - c + (w_global -
+    w_local) / (K * lr) = mean(g_k)`` (tests/strategies/test_hooks.py checks both forms agree).
+    Written as the mean gradient it stays a gradient under the optimizers the recipes use
+    (AdamW, clipping): option II's weight difference over ``K * lr`` is then the mean of
+    Adam's normalized steps, about 1 per coordinate whatever the gradient's size, and a control
+    of that scale swamps the gradients it should correct (measured on HPE small: the training
+    loss alternated between rounds, 6.0 / 7.3, and the test error rose; docs/results.md).
+
     Controls are numpy states over the trainable parameters (``None`` means zeros, the initial
-    value). ``lr`` is the trainer's learning rate, given at ``on_train_start``. Option II
-    assumes plain SGD steps; with adaptive optimizers the same formula is applied as is.
+    value).
     """
 
     def __init__(self, *, server_control: State | None, client_control: State | None) -> None:
         self._server_np = server_control
         self._client_np = client_control
         self.client_control: dict[str, np.ndarray] | None = None
-        self._lr = 0.0
-        self._global: dict[str, torch.Tensor] = {}
         self._c: dict[str, torch.Tensor] = {}
         self._ci: dict[str, torch.Tensor] = {}
+        self._grad_sum: dict[str, torch.Tensor] = {}
+        self._steps = 0
 
     def on_train_start(self, model: nn.Module, *, lr: float, num_steps: int) -> None:
         params = trainable_parameters(model)
-        self._lr = float(lr)
-        self._global = snapshot(params)
         self._c = param_tensors(params, self._server_np, what="server control variate")
         self._ci = param_tensors(params, self._client_np, what="client control variate")
+        self._grad_sum = {name: torch.zeros_like(c) for name, c in self._c.items()}
+        self._steps = 0
 
     def after_backward(self, model: nn.Module) -> None:
+        self._steps += 1
         for name, p in trainable_parameters(model).items():
             corr = (self._c[name] - self._ci[name]).to(p.dtype)
             if p.grad is None:
                 p.grad = corr.clone()
             else:
+                self._grad_sum[name].add_(p.grad.detach().float())
                 p.grad.add_(corr)
 
     def on_train_end(self, model: nn.Module, num_steps: int) -> ExtraStates:
-        if num_steps <= 0 or self._lr <= 0:
-            raise ValueError("SCAFFOLD needs at least one local step and a positive lr")
-        scale = 1.0 / (num_steps * self._lr)
+        if self._steps <= 0:
+            raise ValueError("SCAFFOLD needs at least one local step")
         new_ci: dict[str, torch.Tensor] = {}
         delta: dict[str, torch.Tensor] = {}
-        for name, p in trainable_parameters(model).items():
-            new_ci[name] = (
-                self._ci[name] - self._c[name] + (self._global[name] - p.detach().float()) * scale
-            )
+        for name, total in self._grad_sum.items():
+            new_ci[name] = total / self._steps
             delta[name] = new_ci[name] - self._ci[name]
         self.client_control = to_numpy(new_ci)
         return {CONTROL_DELTA: to_numpy(delta)}

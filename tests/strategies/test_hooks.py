@@ -14,7 +14,7 @@ from fedepth.optconfig import OptimizerConfig, TrainConfig
 from fedepth.strategies.feddyn import GRAD_STATE, FedDynHook
 from fedepth.strategies.fedprox import FedProxHook
 from fedepth.strategies.scaffold import CONTROL_DELTA, ScaffoldHook
-from fedepth.training import LocalTrainer, TrainHook, TrainResult
+from fedepth.training import BaseHook, LocalTrainer, TrainHook, TrainResult
 
 LR, K = 0.1, 2
 W0, B0 = np.array([0.2, 0.3]), 0.4
@@ -126,6 +126,44 @@ def test_scaffold_zero_controls_is_sgd_and_delta_is_the_mean_gradient_step() -> 
     np.testing.assert_allclose(
         result.extra[CONTROL_DELTA]["weight"], (W0 - w) / (K * LR), rtol=1e-4, atol=1e-6
     )
+
+
+class GradRecorder(BaseHook):
+    """Records every step's raw gradients (listed before the hooks that change them)."""
+
+    def __init__(self) -> None:
+        self.grads: list[dict[str, np.ndarray]] = []
+
+    def after_backward(self, model: nn.Module) -> None:
+        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        self.grads.append({n: g.detach().numpy().copy() for n, g in grads.items()})
+
+
+def test_scaffold_control_is_the_mean_gradient_under_adamw() -> None:
+    """With AdamW (the recipes' optimizer) c_i+ is the mean raw gradient, in gradient units;
+    option II's (w_global - w_local) / (K lr) would be the mean of Adam's normalized steps."""
+    c = {"weight": np.array([0.3, -0.2]), "bias": np.array(0.1)}
+    ci = {"weight": np.array([0.05, 0.0]), "bias": np.array(-0.1)}
+    recorder, hook = GradRecorder(), ScaffoldHook(server_control=c, client_control=ci)
+    opt = OptimizerConfig(name="adamw", lr=LR, weight_decay=0.01, grad_clip=1.0)
+    trainer = LocalTrainer(
+        Linear(),  # type: ignore[arg-type]
+        config=TrainConfig(num_steps=K, batch_size=1, optimizer=opt, device="cpu"),
+    )
+    result = trainer.fit([(RGB, GT)], hooks=[recorder, hook])
+    assert len(recorder.grads) == K
+    # the recorder sees the raw gradient: the first one is the MSE's gradient at the start
+    np.testing.assert_allclose(recorder.grads[0]["weight"], mse_grad(W0, B0)[0], rtol=1e-5)
+    mean = {n: np.mean([g[n] for g in recorder.grads], axis=0) for n in ("weight", "bias")}
+    assert hook.client_control is not None
+    for name in ("weight", "bias"):
+        np.testing.assert_allclose(hook.client_control[name], mean[name], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(
+            result.extra[CONTROL_DELTA][name], mean[name] - ci[name], rtol=1e-5, atol=1e-6
+        )
+    # option II's estimate is Adam's step size, not the gradient: first step |dw| = lr per weight
+    option_two = ci["weight"] - c["weight"] + (W0 - result.state["weight"]) / (K * LR)
+    assert not np.allclose(option_two, mean["weight"], rtol=0.1)
 
 
 def test_scaffold_rejects_mismatched_controls() -> None:
