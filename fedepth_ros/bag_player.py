@@ -42,6 +42,7 @@ from rosbags.rosbag2 import Reader
 
 from fedepth.data.bags import BagError, detect_storage, iter_messages, open_bag, select_connections
 from fedepth_ros.dds import use_large_data_profile
+from fedepth_ros.interrupts import stopping, watch_sigint
 from fedepth_ros.params import BAG_PLAYER, declare_parameters
 
 #: Exit status of a lossless playback that a subscriber did not fully acknowledge.
@@ -335,6 +336,7 @@ def main(args: list[str] | None = None) -> int:
     argv = list(sys.argv if args is None else args)
     options = build_parser().parse_args(remove_ros_args(argv)[1:])
     use_large_data_profile()  # before the DDS participant exists: images are large samples
+    watch_sigint()
     rclpy.init(args=argv)
     logger = get_logger(NODE_NAME)
     stop = threading.Event()
@@ -377,6 +379,11 @@ def main(args: list[str] | None = None) -> int:
         return 1
     except (KeyboardInterrupt, ExternalShutdownException):
         get_logger(f"{NODE_NAME}.exit").info("interrupted")
+        return 0
+    except Exception:
+        if not stopping():
+            raise
+        get_logger(f"{NODE_NAME}.exit").info("interrupted")  # inside rclpy: see watch_sigint
         return 0
     finally:
         stop.set()

@@ -46,6 +46,7 @@ from fedepth.data.crops import evaluation_crop
 from fedepth.depth_range import OUTDOOR
 from fedepth.metrics import compute_errors
 from fedepth_ros.dds import use_large_data_profile
+from fedepth_ros.interrupts import stopping, watch_sigint
 from fedepth_ros.node_common import NodeConfigError, stream_qos
 from fedepth_ros.params import DEPTH_SCORER, declare_parameters
 
@@ -194,6 +195,7 @@ def main(args: list[str] | None = None) -> int:
     """Entry point; ``args`` is a full argv (program name first), default ``sys.argv``."""
     argv = list(sys.argv if args is None else args)
     use_large_data_profile()
+    watch_sigint()
     rclpy.init(args=argv)
     logger = get_logger(NODE_NAME)
     executor = SingleThreadedExecutor()
@@ -228,6 +230,11 @@ def main(args: list[str] | None = None) -> int:
         return 1
     except (KeyboardInterrupt, ExternalShutdownException):
         get_logger(f"{NODE_NAME}.exit").info("interrupted")
+        return 130
+    except Exception:
+        if not stopping():
+            raise
+        get_logger(f"{NODE_NAME}.exit").info("interrupted")  # inside rclpy: see watch_sigint
         return 130
     finally:
         executor.shutdown(timeout_sec=2.0)

@@ -19,6 +19,7 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_
 
 from fedepth_coordinator.client import ClientTls, CoordinatorClient, open_channel
 from fedepth_ros.dds import use_large_data_profile
+from fedepth_ros.interrupts import stopping, watch_sigint
 
 
 class NodeConfigError(ValueError):
@@ -165,6 +166,7 @@ def run_node(name: str, make: Callable[[], WorkerNode], args: list[str] | None =
         return 1
     tuned = tune_allocator()
     use_large_data_profile()  # before the DDS participant exists
+    watch_sigint()
     rclpy.init(args=argv)
     if not tuned:
         get_logger(name).debug("allocator tuning unavailable (not glibc)")
@@ -183,10 +185,11 @@ def run_node(name: str, make: Callable[[], WorkerNode], args: list[str] | None =
         get_logger(f"{name}.exit").info("interrupted; shutting down")
         return 0
     except Exception:
-        if rclpy.ok():
+        if not stopping():
             raise
-        # SIGTERM shut the context down while the executor was building its wait set
-        get_logger(f"{name}.exit").info("terminated; shutting down")
+        # a signal landed inside the executor: SIGTERM shut the context down while it built
+        # its wait set, or Ctrl-C interrupted a message's conversion (see watch_sigint)
+        get_logger(f"{name}.exit").info("interrupted; shutting down")
         return 0
     finally:
         stopped = _stop_worker(name, node) if node is not None else True
