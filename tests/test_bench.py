@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from fedepth.bench import (
     ADDED_SETTINGS,
@@ -25,6 +26,8 @@ from fedepth.bench import (
     sim_config,
 )
 from fedepth.bench.figures import shown_methods, shown_sequences
+from fedepth.bench.fleet_summary import weights_sha256
+from fedepth.bench.runner import _Bench
 from fedepth.models import save_weights
 from fedepth.models.base import DESCRIPTOR_LAYERS
 from fedepth.runstate import load_finished
@@ -339,14 +342,23 @@ def test_each_seed_records_its_checkpoint_and_a_seed_started_elsewhere_is_not_ad
     (cached,) = (tmp_path / "cache" / "pretrain").glob("*.safetensors")
     start = one["seeds"]["0"]
     assert start["weights"] == str(cached)
-    assert start["weights_sha256"] == hashlib.sha256(cached.read_bytes()).hexdigest()
+    assert start["weights_sha256"] == weights_sha256(cached)
     assert start["machine"]["torch"] == torch.__version__ and start["machine"]["cores"] >= 1
     assert start["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert f"seed 0 `{start['weights_sha256'][:12]}`" in (spec.out / "report.md").read_text()
 
+    # a seed recorded when the digest was of the file's bytes: the same file still matches
+    fleet_json = spec.out / "state" / "seed0" / "fleet.json"
+    recorded = fleet_json.read_text()
+    head = json.loads(recorded)
+    head["weights_sha256"] = hashlib.sha256(cached.read_bytes()).hexdigest()
+    fleet_json.write_text(json.dumps(head))
+    _Bench(spec, lambda _: None, None).check_same_start(0, cached, weights_sha256(cached))
+    fleet_json.write_text(recorded)
+
     # the cached checkpoint pretrained again elsewhere (here: replaced by another model)
     save_weights(initial_model(replace(cfg, seed=7)), cached)
-    other = hashlib.sha256(cached.read_bytes()).hexdigest()
+    other = weights_sha256(cached)
     more = replace(spec, methods=("fedavg", "fedprox"))
     with pytest.raises(
         OutConflictError,
@@ -607,3 +619,29 @@ def test_predictions_always_show_fedepth() -> None:
     assert shown_methods(table) == ["cl", "fedavg", "pacfl", "fedepth"]
     assert shown_methods(["fedavg", "fedepth"]) == ["fedavg", "fedepth"]
     assert shown_methods(["cl", "fedavg", "pacfl", "hard", "fedprox"]) == table[:4]
+
+
+def _reorder_metadata(src: Path, dst: Path) -> None:
+    """``src`` rewritten with its header's metadata keys in reverse order (same tensors)."""
+    raw = src.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + n])
+    header["__metadata__"] = dict(reversed(list(header["__metadata__"].items())))
+    text = json.dumps(header, separators=(",", ":")).encode()
+    dst.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n :])
+
+
+def test_the_checkpoint_digest_is_of_the_weights_not_of_the_file_bytes(tmp_path: Path) -> None:
+    # safetensors writes the metadata in an order that changes between saves: the same
+    # weights pretrained twice gave files that differ only there
+    cfg = sim_config("hpe", "smoke")
+    model = initial_model(cfg)
+    a, b, c = tmp_path / "a.safetensors", tmp_path / "b.safetensors", tmp_path / "c.safetensors"
+    save_weights(model, a)
+    _reorder_metadata(a, b)
+    assert a.read_bytes() != b.read_bytes()
+    assert weights_sha256(a) == weights_sha256(b)
+    with torch.no_grad():
+        next(model.parameters()).view(-1)[0] += 1e-3
+    save_weights(model, c)
+    assert weights_sha256(c) != weights_sha256(a)

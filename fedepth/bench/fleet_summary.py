@@ -112,6 +112,28 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def weights_sha256(path: Path) -> str:
+    """The SHA-256 of a safetensors checkpoint's content: its metadata and every tensor's
+    name, dtype, shape and bytes, in sorted order.
+
+    Not the file's bytes: safetensors writes the metadata in an order that changes from one
+    save to the next (measured: two pretrainings with identical tensors, files differing only
+    in the order of the header's metadata keys), so the same weights saved twice would have
+    two file hashes, and a seed pretrained again into an emptied cache would look like
+    another starting point.
+    """
+    from safetensors import safe_open
+
+    h = hashlib.sha256()
+    with safe_open(str(path), framework="numpy") as f:
+        h.update(json.dumps(f.metadata() or {}, sort_keys=True).encode())
+        for name in sorted(f.keys()):
+            array = np.ascontiguousarray(f.get_tensor(name))
+            h.update(json.dumps([name, str(array.dtype), list(array.shape)]).encode())
+            h.update(array.tobytes())
+    return h.hexdigest()
+
+
 def machine() -> dict[str, Any]:
     """What decides a run's floating-point results besides its settings: the CPU (its model
     and the instruction set torch's kernels use), the core count and the torch version."""

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fedepth.bench.fleet_summary import file_sha256
+from fedepth.bench.fleet_summary import file_sha256, weights_sha256
 from fedepth.bench.spec import BenchSpec
 from fedepth.sim import config_dict
 
@@ -68,7 +68,7 @@ def run_config(spec: BenchSpec) -> dict[str, Any]:
         "inputs": {
             "data": None if spec.data_dir is None else str(spec.data_dir.resolve()),
             "weights": None if spec.weights is None else str(spec.weights.resolve()),
-            "weights_sha256": None if spec.weights is None else file_sha256(spec.weights),
+            "weights_sha256": None if spec.weights is None else weights_sha256(spec.weights),
         },
     }
 
@@ -131,6 +131,8 @@ def check_out(spec: BenchSpec) -> None:
     # a setting added since that run was written, at the value that does what the code did
     # before it, is what the run did: the same run
     wanted = {k: v for k, v in wanted.items() if k in saved or not _as_before(k, v)}
+    if spec.weights is not None and saved.get("weights_sha256") == file_sha256(spec.weights):
+        wanted["weights_sha256"] = saved["weights_sha256"]  # recorded as the file's bytes
     unset = object()
     keys = [
         k for k in dict.fromkeys([*wanted, *saved]) if saved.get(k, unset) != wanted.get(k, unset)

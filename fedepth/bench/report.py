@@ -288,9 +288,9 @@ def _provenance(results: dict[str, Any]) -> list[str]:
     sums = ", ".join(f"seed {s} `{v['weights_sha256'][:12]}`" for s, v in seeds.items())
     where = f", prepared on {' and '.join(sorted(places))}" if places else ""
     return [
-        f"Initial checkpoints (SHA-256): {sums}{where}. A seed gives the same numbers on the "
-        "same machine; a CPU whose kernels round differently pretrains another checkpoint "
-        "and gives other numbers (as another draw would).",
+        f"Initial checkpoints (SHA-256 of the weights): {sums}{where}. A seed gives the same "
+        "numbers on the same machine; a CPU whose kernels round differently pretrains another "
+        "checkpoint and gives other numbers (as another draw would).",
         "",
     ]
 

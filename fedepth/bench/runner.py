@@ -15,7 +15,13 @@ from typing import Any
 
 from fedepth.bench.combine import combine_seeds
 from fedepth.bench.figures import write_figures
-from fedepth.bench.fleet_summary import FleetSummary, describe_machine, file_sha256, machine
+from fedepth.bench.fleet_summary import (
+    FleetSummary,
+    describe_machine,
+    file_sha256,
+    machine,
+    weights_sha256,
+)
 from fedepth.bench.inputs import ensure_data, ensure_weights
 from fedepth.bench.outdir import OutConflictError, check_out, clear_out, run_config, state_dir
 from fedepth.bench.report import render_report
@@ -149,7 +155,7 @@ class _Bench:
         remote: FleetRunner | None = None
         try:
             weights = ensure_weights(spec, scenario, self.echo)
-            digest = file_sha256(weights)
+            digest = weights_sha256(weights)
             self.check_same_start(seed, weights, digest)
             model = initial_model(spec.sim, str(weights))
             fleet = prepare_fleet(scenario, model, spec.sim, progress=spec.progress)
@@ -239,6 +245,8 @@ class _Bench:
         earlier = FleetSummary.load(sdir)
         if not finished or earlier is None or earlier.weights_sha256 in (None, digest):
             return
+        if earlier.weights_sha256 == file_sha256(weights):
+            return  # recorded before the digest was of the content: the file's bytes
         where = describe_machine(earlier.machine)
         raise OutConflictError(
             f"{self.spec.out}: seed {seed}'s runs ({', '.join(finished)}) started "
