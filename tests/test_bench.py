@@ -645,3 +645,24 @@ def test_the_checkpoint_digest_is_of_the_weights_not_of_the_file_bytes(tmp_path:
         next(model.parameters()).view(-1)[0] += 1e-3
     save_weights(model, c)
     assert weights_sha256(c) != weights_sha256(a)
+
+
+def test_an_out_that_recorded_a_users_weights_by_the_file_hash_resumes_with_that_file(
+    tmp_path: Path,
+) -> None:
+    # runs recorded before the weights digest existed named `--weights` by the file's SHA-256
+    cfg = sim_config("hpe", "smoke")
+    model = initial_model(cfg)
+    path = tmp_path / "start.safetensors"
+    save_weights(model, path)
+    spec = BenchSpec("hpe", "smoke", ("fedavg",), tmp_path / "out", cfg, weights=path)
+    old = run_config(spec)
+    old["inputs"]["weights_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    spec.out.mkdir()
+    (spec.out / "config.json").write_text(json.dumps(old))
+    check_out(spec)  # the same file: the same start
+    with torch.no_grad():
+        next(model.parameters()).view(-1)[0] += 1e-3
+    save_weights(model, path)
+    with pytest.raises(OutConflictError, match="holds a run with weights_sha256="):
+        check_out(spec)  # other weights at the same path
