@@ -34,9 +34,31 @@ import torch
 
 from fedepth.data.scenario import load_scenario
 from fedepth.data.torchdata import FrameDataset
+from fedepth.models import load_weights
 from fedepth.optconfig import OptimizerConfig, TrainConfig
 from fedepth.sim import SimConfig, evaluate_sequence
 from fedepth.training import LocalTrainer
+
+#: Ranges (uniform) of ``--photometric``: NeWCRFs' ``augment_image`` with its NYUv2 brightness
+#: range, applied to half the items; depth and geometry are untouched, so metric scale is kept.
+PHOTOMETRIC = {"gamma": (0.9, 1.1), "brightness": (0.75, 1.25), "gain": (0.9, 1.1)}
+
+
+class Recolored(FrameDataset):
+    """A FrameDataset whose items are, half of them, given a random gamma, brightness and
+    per-channel gain (drawn from ``(seed, epoch, index)`` like the flips: reproducible)."""
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rgb, depth = super().__getitem__(index)
+        rng = np.random.default_rng([self.seed, self.epoch, int(index), 1])
+        if rng.random() < 0.5:
+            gamma = rng.uniform(*PHOTOMETRIC["gamma"])
+            gain = rng.uniform(*PHOTOMETRIC["gain"], size=3) * rng.uniform(
+                *PHOTOMETRIC["brightness"]
+            )
+            scale = torch.as_tensor(gain, dtype=rgb.dtype).view(3, 1, 1)
+            rgb = (rgb.clamp(min=0) ** gamma * scale).clamp(0, 1)
+        return rgb, depth
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -58,6 +80,19 @@ def main() -> None:
     ap.add_argument("--max-depth", type=float, default=80.0)
     ap.add_argument("--eval-frames", type=int, default=8)
     ap.add_argument("--eval-every", type=int, default=0, help="also score every N steps")
+    ap.add_argument(
+        "--photometric",
+        action="store_true",
+        help="also augment colours (gamma, brightness, per-channel gain), as NeWCRFs does",
+    )
+    ap.add_argument(
+        "--init", type=Path, help="start from these weights (default: a freshly built model)"
+    )
+    ap.add_argument(
+        "--score-train",
+        action="store_true",
+        help="also score the training sequences at the end (the generalisation gap)",
+    )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write the final numbers here")
@@ -85,7 +120,10 @@ def main() -> None:
     )
     torch.manual_seed(args.seed)
     model = cfg.build_model()
-    dataset = FrameDataset(frames, args.image_size, flip=True, seed=args.seed)
+    if args.init is not None:
+        load_weights(model, args.init)
+    kind = Recolored if args.photometric else FrameDataset
+    dataset = kind(frames, args.image_size, flip=True, seed=args.seed)
 
     def score() -> tuple[dict[str, float], dict[str, dict[str, float]]]:
         rows = {seq.name: evaluate_sequence(model, seq, cfg)[0] for seq in scenario.test}
@@ -127,11 +165,20 @@ def main() -> None:
     seconds = time.perf_counter() - start
     print(
         f"final  split {args.split}  steps {args.steps}  size {args.image_size}  "
-        f"lambda {args.variance_focus}  lr {args.lr:g}:  abs_rel {mean['abs_rel']:.3f}  "
+        f"lambda {args.variance_focus}  lr {args.lr:g}  photometric {args.photometric}  "
+        f"init {args.init}:  abs_rel {mean['abs_rel']:.3f}  "
         f"d1 {mean['d1']:.3f}  ({seconds:.0f} s)"
     )
     for name, r in rows.items():
         print(f"  {name:42s} abs_rel {r['abs_rel']:.3f}  d1 {r['d1']:.3f}")
+    seen: dict[str, float] = {}
+    if args.score_train:
+        train_rows = [evaluate_sequence(model, seq, cfg)[0] for seq in frames]
+        seen = {k: float(np.mean([r[k] for r in train_rows])) for k in ("abs_rel", "d1")}
+        print(
+            f"training sequences ({len(train_rows)}): abs_rel {seen['abs_rel']:.3f}  "
+            f"d1 {seen['d1']:.3f}"
+        )
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -139,6 +186,7 @@ def main() -> None:
                     "args": {k: str(v) for k, v in vars(args).items()},
                     "mean": mean,
                     "per_sequence": rows,
+                    "training_sequences": seen,
                     "seconds": seconds,
                 },
                 indent=2,

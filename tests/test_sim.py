@@ -7,6 +7,7 @@ import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,6 +35,8 @@ from fedepth.sim import (
     state_nbytes,
     wire_seconds,
 )
+from fedepth.sim.simulation import pooled_recipe
+from fedepth.strategies import create_strategy
 from fedepth_cli.main import main
 
 CFG = sim_config(
@@ -121,6 +124,42 @@ def test_round_records_bytes_and_routes(scenario: Scenario, fleet: Fleet) -> Non
 def test_centralized_trains_one_pooled_participant(scenario: Scenario, fleet: Fleet) -> None:
     run = _sim(fleet).run("cl", progress=False)
     assert list(run.rounds[0].upload_bytes) == ["pooled"]
+
+
+def test_centralized_trains_with_its_own_schedule_where_it_sets_one() -> None:
+    cfg = replace(CFG, rounds=5, lr=1e-4, warmup_steps=0)
+    n = 7
+    # unset: the run's recipe, with the steps of the whole federation
+    for rnd in range(cfg.rounds):
+        assert pooled_recipe(cfg, create_strategy("cl"), rnd, n) == replace(
+            cfg.recipe(rnd), local_steps=cfg.local_steps * n
+        )
+    own = create_strategy("cl", lr=1e-3, round_schedule="cosine", warmup_steps=3)
+    lrs = [pooled_recipe(cfg, own, rnd, n).lr for rnd in range(cfg.rounds)]
+    assert lrs[0] == pytest.approx(1e-3) and lrs[-1] == pytest.approx(1e-4)  # the run's 0.1
+    assert lrs == sorted(lrs, reverse=True)
+    last = pooled_recipe(cfg, own, cfg.rounds - 1, n)
+    assert last == replace(
+        cfg.recipe(0), local_steps=cfg.local_steps * n, lr=lrs[-1], warmup_steps=3
+    )
+    # the run's round schedule stays the run's when CL sets only its lr
+    cosine = replace(cfg, round_schedule="cosine", round_final_lr_fraction=0.5)
+    assert pooled_recipe(cosine, create_strategy("cl", lr=2e-3), 4, n).lr == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"lr": 0}, "lr must be a number > 0"),
+        ({"lr": "fast"}, "lr must be a number > 0"),
+        ({"round_schedule": "step"}, "unknown round_schedule 'step'"),
+        ({"final_lr_fraction": 2}, "final_lr_fraction must lie in"),
+        ({"warmup_steps": -1}, "warmup_steps must be an integer"),
+    ],
+)
+def test_centralized_refuses_a_bad_schedule(params: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=f"cl: {message}"):
+        create_strategy("cl", **params)
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from tqdm import tqdm
 from fedepth.data.sequence import Sequence as RGBDSequence
 from fedepth.models import set_state
 from fedepth.models.state import State
+from fedepth.recipe import TrainRecipe, round_lr
 from fedepth.rounds import RoundDriver, RoundRules
 from fedepth.sim.config import SimConfig
 from fedepth.sim.evaluation import Router, Sample, evaluate_sequence
@@ -137,11 +138,7 @@ class Simulation:
             strategy,
             RoundRules(cfg.rounds),  # every participant, every round; no deadline
             recipe=(
-                # CL takes as many steps per round as the whole federation, so the upper bound
-                # sees the same number of gradient steps (and samples) as every federated method
-                (lambda r: replace(cfg.recipe(r), local_steps=cfg.local_steps * len(clients)))
-                if pooled
-                else cfg.recipe
+                (lambda r: pooled_recipe(cfg, strategy, r, len(clients))) if pooled else cfg.recipe
             ),
             bounds=cfg.update_bounds(),
         )
@@ -234,6 +231,32 @@ class Simulation:
         out.update({g: _mean_dicts(rows) for g, rows in groups.items()})
         out.update({f"seq:{k}": v for k, v in per_seq.items()})
         return out, routes, samples
+
+
+def pooled_recipe(cfg: SimConfig, strategy: Strategy, rnd: int, num_clients: int) -> TrainRecipe:
+    """The recipe of CL's pooled participant in round ``rnd``: as many local steps as the
+    ``num_clients`` clients together (the upper bound sees the same number of gradient steps
+    and samples as every federated method), and the strategy's own learning rate, schedule
+    across rounds and warmup where it sets them (:class:`~fedepth.strategies.cl.Centralized`),
+    the run's where it does not."""
+
+    def own(name: str, default: Any) -> Any:
+        value = getattr(strategy, name, None)
+        return default if value is None else value
+
+    lr = round_lr(
+        own("lr", cfg.lr),
+        rnd,
+        cfg.rounds,
+        own("round_schedule", cfg.round_schedule),
+        own("final_lr_fraction", cfg.round_final_lr_fraction),
+    )
+    return replace(
+        cfg.recipe(rnd),
+        local_steps=cfg.local_steps * num_clients,
+        lr=lr,
+        warmup_steps=own("warmup_steps", cfg.warmup_steps),
+    )
 
 
 def _mean_loss(updates: AbcSequence[ClientUpdate]) -> float:
