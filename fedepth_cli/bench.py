@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,69 @@ def _sweep(text: str | None) -> tuple[float, ...]:
     if any(not 0.0 <= v <= 1.0 for v in values):
         raise CliError("--sweep ratios must lie in [0, 1]")
     return values
+
+
+def _method_params(
+    given: list[str] | None, methods: tuple[str, ...], defaults: Any
+) -> dict[str, dict[str, Any]]:
+    """The strategies' parameters: the scenario's (``defaults``) with every ``--method-param
+    METHOD.KEY=VALUE`` applied (VALUE read as JSON where it parses: numbers, true/false, null,
+    lists; else as text). Each changed method is built once here, so a bad key or value is an
+    error before anything runs."""
+    import json
+
+    from fedepth.strategies import create_strategy
+
+    params = {m: dict(v) for m, v in defaults.items()}
+    changed: set[str] = set()
+    for text in given or ():
+        name, eq, raw = text.partition("=")
+        method, dot, key = name.strip().partition(".")
+        if not (eq and dot and method and key.strip()):
+            raise CliError(
+                f"--method-param {text!r}: give METHOD.KEY=VALUE, e.g. feddyn.alpha=0.1"
+            )
+        if method not in methods:
+            raise CliError(
+                f"--method-param {text!r}: {method} is not run (--methods {','.join(methods)})"
+            )
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        params.setdefault(method, {})[key.strip()] = value
+        changed.add(method)
+    for method in sorted(changed):
+        known = _strategy_params(method)
+        unknown = sorted(set(params[method]) - set(known))
+        if unknown:
+            raise CliError(
+                f"--method-param: {method} has no parameter {', '.join(unknown)}; "
+                f"its parameters: {', '.join(known) or '(none)'}"
+            )
+        try:
+            create_strategy(method, **params[method])
+        except (TypeError, ValueError) as exc:
+            raise CliError(f"--method-param for {method}: {exc}") from None
+    return params
+
+
+def _strategy_params(method: str) -> list[str]:
+    """The keyword parameters ``create_strategy(method, ...)`` takes."""
+    import inspect
+
+    from fedepth.strategies import SERVER_OPTIMIZER, ClusteredStrategy, create_strategy
+
+    strategy = create_strategy(method)
+    names = [
+        name
+        for name, p in inspect.signature(type(strategy)).parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
+    own = type(strategy).aggregate_train is not ClusteredStrategy.aggregate_train
+    if isinstance(strategy, ClusteredStrategy) and not own:
+        names += SERVER_OPTIMIZER
+    return names
 
 
 def _seeds(args: argparse.Namespace) -> tuple[int, ...]:
@@ -127,6 +191,9 @@ def _bench_spec(
         pretrain_steps=args.pretrain_steps,
         pretrain_threads=args.pretrain_threads,
     )
+    if args.method_param:
+        params = _method_params(args.method_param, methods, cfg.method_params)
+        cfg = replace(cfg, method_params=params)
     weights = Path(args.weights) if args.weights else None
     if weights is not None:
         if not weights.is_file():
@@ -383,8 +450,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--sweep", help="FeDepth overlap ratios to sweep, e.g. 0,0.2,1 or 'paper'")
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--weights", help="initial weights (safetensors) instead of pretraining")
-    p.add_argument("--rounds", type=int, help="communication rounds")
-    p.add_argument("--local-steps", type=int, help="local steps per round")
+    p.add_argument("--rounds", type=_positive_int, help="communication rounds")
+    p.add_argument("--local-steps", type=_positive_int, help="local steps per round")
     p.add_argument(
         "--round-schedule",
         choices=("constant", "cosine"),  # fedepth.recipe.ROUND_SCHEDULES (torch-free here)
@@ -398,7 +465,16 @@ def add_parsers(sub: Any) -> None:
         "<= 8) or deepest (the deepest map alone); robots always describe with the default, "
         "so deepest needs the in-process transport",
     )
-    p.add_argument("--pretrain-steps", type=int, help="steps of the cached pretraining")
+    p.add_argument(
+        "--method-param",
+        action="append",
+        metavar="METHOD.KEY=VALUE",
+        help="a strategy parameter, repeatable, e.g. feddyn.alpha=0.01, fedprox.mu=0.1, "
+        "fedepth.tau=0.5, fedavg.server_momentum=0.9, cl.lr=0.001 (an unknown one is refused "
+        "with the method's parameters); VALUE is read as JSON where it parses; recorded with "
+        "the run, so an --out resumes only with the same ones",
+    )
+    p.add_argument("--pretrain-steps", type=_positive_int, help="steps of the cached pretraining")
     p.add_argument(
         "--pretrain-threads",
         type=_positive_int,
@@ -429,7 +505,7 @@ def add_parsers(sub: Any) -> None:
         "holds) and save it as safetensors; the benchmark starts every method from it.",
     )
     _bench_args(p)
-    p.add_argument("--steps", type=int, help="training steps (default: the profile's)")
+    p.add_argument("--steps", type=_positive_int, help="training steps (default: the profile's)")
     p.add_argument(
         "--threads",
         type=_positive_int,

@@ -65,6 +65,8 @@ def cmd_fleet_replay(args: argparse.Namespace) -> int:
         raise CliError(f"--max-robots must be >= 1, got {args.max_robots}")
     if args.rounds is not None and args.rounds < 1:
         raise CliError(f"--rounds must be >= 1, got {args.rounds}")
+    if args.local_steps is not None and args.local_steps < 1:
+        raise CliError(f"--local-steps must be >= 1, got {args.local_steps}")
     if not args.rate > 0:
         raise CliError(f"--rate must be > 0, got {args.rate}")
     if not 0 < args.quorum <= 1:

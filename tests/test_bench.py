@@ -587,6 +587,26 @@ def test_bench_cli_refuses_bad_seeds(
     assert not out.exists()  # refused before anything ran
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rounds", "0"], "argument --rounds: 0 must be >= 1"),
+        (["--rounds", "-3"], "argument --rounds: -3 must be >= 1"),
+        (["--local-steps", "0"], "argument --local-steps: 0 must be >= 1"),
+        (["--pretrain-steps", "ten"], "argument --pretrain-steps: 'ten' is not an integer"),
+    ],
+)
+def test_bench_cli_refuses_counts_below_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    # before: --rounds 0 generated and pretrained, then failed with a KeyError traceback
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "--scenario", "hpe", "--profile", "smoke", "--out", str(out), *args])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_bench_help_documents_seeds_and_resuming(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["bench", "--help"])
@@ -666,3 +686,40 @@ def test_an_out_that_recorded_a_users_weights_by_the_file_hash_resumes_with_that
     save_weights(model, path)
     with pytest.raises(OutConflictError, match="holds a run with weights_sha256="):
         check_out(spec)  # other weights at the same path
+
+
+def test_strategy_parameters_from_the_command_line_are_checked_recorded_and_used(
+    smoke_hpe: Path, weights: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    for bad, message in [
+        ("fedavg.alpha", "give METHOD.KEY=VALUE"),
+        ("=1", "give METHOD.KEY=VALUE"),
+        ("feddyn.alpha=0.1", "feddyn is not run (--methods fedavg,cl,scaffold)"),
+        ("fedavg.alpha=0.1", "fedavg has no parameter alpha; its parameters: server_lr, server_"),
+        ("scaffold.server_lr=0.5", "scaffold has no parameter server_lr; its parameters: eta_g"),
+        ("cl.lr=-1", "cl: lr must be a number > 0, got -1"),
+        ("cl.round_schedule=step", "cl: unknown round_schedule 'step'"),
+    ]:
+        args = ("--methods", "fedavg,cl,scaffold", "--method-param", bad)
+        assert _bench_cli(out, smoke_hpe, weights, *args) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    assert not out.exists()  # refused before anything is written
+
+    base = ("--methods", "cl", "--rounds", "2")
+    own = (*base, "--method-param", "cl.lr=0.01", "--method-param", "cl.round_schedule=cosine")
+    assert _bench_cli(out, smoke_hpe, weights, *own) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["sim"]["method_params"]["cl"] == {"lr": 0.01, "round_schedule": "cosine"}
+    assert _bench_cli(tmp_path / "default", smoke_hpe, weights, *base) == 0
+    losses = [
+        json.loads((d / "state" / "seed0" / "cl" / "summary.json").read_text())["curves"]
+        for d in (out, tmp_path / "default")
+    ]
+    assert losses[0]["train_loss"] != losses[1]["train_loss"]  # CL trained with its own lr
+    capsys.readouterr()
+    # an --out resumes only with the parameters it was run with
+    assert _bench_cli(out, smoke_hpe, weights, *own) == 0
+    assert _bench_cli(out, smoke_hpe, weights, *base) == 2
+    assert "holds a run with method_params=" in capsys.readouterr().err
