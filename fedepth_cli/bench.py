@@ -94,7 +94,14 @@ def _method_params(
         try:
             create_strategy(method, **params[method])
         except (TypeError, ValueError) as exc:
-            raise CliError(f"--method-param for {method}: {exc}") from None
+            preset = defaults.get(method)
+            also = (
+                f" (the scenario sets {method} {json.dumps(dict(preset))}; "
+                f"{method}.KEY=null unsets one)"
+                if preset
+                else ""
+            )
+            raise CliError(f"--method-param for {method}: {exc}{also}") from None
     return params
 
 

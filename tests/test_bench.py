@@ -706,6 +706,15 @@ def test_strategy_parameters_from_the_command_line_are_checked_recorded_and_used
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
     assert not out.exists()  # refused before anything is written
+    # a parameter that conflicts with the scenario's names it (BMR: FeDepth's tau matches PACFL)
+    bmr = ["bench", "--scenario", "bmr", "--profile", "smoke", "--methods", "fedepth"]
+    assert main([*bmr, "--method-param", "fedepth.tau=0.3", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "give tau or match, not both" in err
+        and 'the scenario sets fedepth {"match": "pacfl"}' in err
+    )
+    assert not out.exists()
 
     base = ("--methods", "cl", "--rounds", "2")
     own = (*base, "--method-param", "cl.lr=0.01", "--method-param", "cl.round_schedule=cosine")
