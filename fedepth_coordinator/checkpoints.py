@@ -40,6 +40,12 @@ class Checkpoints:
         else:
             cfg = s.config.strategy
             strategy = create_strategy(cfg.name, **dict(cfg.params))
+        if getattr(strategy, "pooled", False):
+            raise ValueError(
+                f"strategy {strategy.name!r} trains one model on the pooled data of every robot "
+                "(the benchmark's upper bound); a coordinator never sees the robots' data: "
+                "use fedavg for one fleet-wide model"
+            )
         v = s.config.validation
         if v.robust_aggregation != "mean":
             own = type(strategy).aggregate_train is not ClusteredStrategy.aggregate_train

@@ -37,6 +37,16 @@ def test_the_robust_rule_goes_only_to_strategies_with_the_clusterwise_rule(
         strategy("scaffold")
 
 
+def test_a_coordinator_refuses_the_pooled_upper_bound(
+    config_factory: Callable[..., CoordinatorConfig],
+) -> None:
+    # CL (strategy cl) is the benchmark's centralised upper bound; served to robots it would
+    # have been FedAvg under another name, its own learning rate silently unused
+    config = config_factory(strategy={"name": "cl", "params": {}}, state={"backend": "memory"})
+    with pytest.raises(ValueError, match=r"'cl' trains one model on the pooled data.*use fedavg"):
+        Checkpoints(CoordinatorState(config, MemoryStore())).new_strategy()
+
+
 def test_a_checkpoint_loads_back_into_the_same_strategy(formed_state: Formed) -> None:
     state, checkpoints, _ = formed_state(3, strategy="fedepth")
     assert state.strategy is not None
