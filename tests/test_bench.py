@@ -727,6 +727,9 @@ def test_strategy_parameters_from_the_command_line_are_checked_recorded_and_used
         for d in (out, tmp_path / "default")
     ]
     assert losses[0]["train_loss"] != losses[1]["train_loss"]  # CL trained with its own lr
+    report = (out / "report.md").read_text()
+    assert 'Strategy parameters: cl `lr=0.01`, `round_schedule="cosine"`.' in report
+    assert "Strategy parameters" not in (tmp_path / "default" / "report.md").read_text()
     capsys.readouterr()
     # an --out resumes only with the parameters it was run with
     assert _bench_cli(out, smoke_hpe, weights, *own) == 0

@@ -6,6 +6,7 @@ spread (:data:`MARK`) when several seeds ran; :func:`format_table` is the fixed-
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -103,6 +104,7 @@ def render_report(results: dict[str, Any]) -> str:
         "",
     ]
     out += _provenance(results)
+    out += _given_params(m)
     if results.get("transport") == "grpc":
         local = [k for k, v in m.items() if v.get("transport") != "grpc"]
         out += [
@@ -239,6 +241,26 @@ def curve_change(
     if len(points) < 2:
         return None
     return points[0], points[-1], (points[-1] - points[0]) / points[0]
+
+
+#: Strategy parameters the threshold lines already report (:func:`_thresholds`).
+_THRESHOLD_PARAMS = frozenset({"tau", "threshold", "threshold_rule", "overlap", "match"})
+
+
+def _given_params(m: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line naming the strategy parameters a run was given besides the cluster thresholds
+    (``fedepth bench --method-param``: FedDyn's alpha, a server optimizer, CL's schedule), so
+    the report says what it measured."""
+    given = []
+    for name, entry in m.items():
+        first = next(iter((entry.get("seeds") or {"": entry}).values()))
+        params = first.get("params") or entry.get("params") or {}
+        shown = {k: v for k, v in params.items() if k not in _THRESHOLD_PARAMS}
+        if shown:
+            given.append(
+                f"{name} " + ", ".join(f"`{k}={json.dumps(v)}`" for k, v in shown.items())
+            )
+    return [f"Strategy parameters: {'; '.join(given)}.", ""] if given else []
 
 
 def _thresholds(m: Mapping[str, Mapping[str, Any]]) -> list[str]:
