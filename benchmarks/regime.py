@@ -61,6 +61,11 @@ class Recolored(FrameDataset):
         return rgb, depth
 
 
+def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Mean Abs Rel and delta<1.25 over per-sequence rows."""
+    return {k: float(np.mean([r[k] for r in rows])) for k in ("abs_rel", "d1")}
+
+
 def _size(text: str) -> tuple[int, int]:
     h, w = (int(v) for v in text.lower().split("x"))
     return h, w
@@ -127,7 +132,7 @@ def main() -> None:
 
     def score() -> tuple[dict[str, float], dict[str, dict[str, float]]]:
         rows = {seq.name: evaluate_sequence(model, seq, cfg)[0] for seq in scenario.test}
-        mean = {k: float(np.mean([r[k] for r in rows.values()])) for k in ("abs_rel", "d1")}
+        mean = _mean(list(rows.values()))
         model.train()
         return mean, rows
 
@@ -174,7 +179,7 @@ def main() -> None:
     seen: dict[str, float] = {}
     if args.score_train:
         train_rows = [evaluate_sequence(model, seq, cfg)[0] for seq in frames]
-        seen = {k: float(np.mean([r[k] for r in train_rows])) for k in ("abs_rel", "d1")}
+        seen = _mean(train_rows)
         print(
             f"training sequences ({len(train_rows)}): abs_rel {seen['abs_rel']:.3f}  "
             f"d1 {seen['d1']:.3f}"

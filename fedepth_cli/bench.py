@@ -109,7 +109,7 @@ def _strategy_params(method: str) -> list[str]:
     """The keyword parameters ``create_strategy(method, ...)`` takes."""
     import inspect
 
-    from fedepth.strategies import SERVER_OPTIMIZER, ClusteredStrategy, create_strategy
+    from fedepth.strategies import SERVER_OPTIMIZER, aggregates_clusterwise, create_strategy
 
     strategy = create_strategy(method)
     names = [
@@ -117,8 +117,7 @@ def _strategy_params(method: str) -> list[str]:
         for name, p in inspect.signature(type(strategy)).parameters.items()
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     ]
-    own = type(strategy).aggregate_train is not ClusteredStrategy.aggregate_train
-    if isinstance(strategy, ClusteredStrategy) and not own:
+    if aggregates_clusterwise(strategy):
         names += SERVER_OPTIMIZER
     return names
 

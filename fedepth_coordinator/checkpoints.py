@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import uuid
 
-from fedepth.strategies import ClusteredStrategy, Strategy, create_strategy
+from fedepth.strategies import Strategy, aggregates_clusterwise, create_strategy
 from fedepth.strategies.aggregate import robust_mean
 from fedepth_coordinator.blobs import BlobReader, write_blob
 from fedepth_coordinator.coordstate import (
@@ -48,8 +48,7 @@ class Checkpoints:
             )
         v = s.config.validation
         if v.robust_aggregation != "mean":
-            own = type(strategy).aggregate_train is not ClusteredStrategy.aggregate_train
-            if not isinstance(strategy, ClusteredStrategy) or own:
+            if not aggregates_clusterwise(strategy):
                 raise ValueError(
                     f"validation.robust_aggregation {v.robust_aggregation!r}: strategy "
                     f"{strategy.name} aggregates by its own rule; use 'mean' with it"

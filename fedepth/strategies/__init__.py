@@ -8,7 +8,7 @@ FedDyn), with ``memory`` the client's own persistent store (control variates, gr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from fedepth.strategies.aggregate import check_server_optimizer
 from fedepth.strategies.base import (
@@ -94,8 +94,7 @@ def create_strategy(name: str, **cfg: Any) -> Strategy:
     server = {k: cfg.pop(k) for k in SERVER_OPTIMIZER if k in cfg}
     strategy = cls(**cfg)
     if server:
-        own = type(strategy).aggregate_train is not ClusteredStrategy.aggregate_train
-        if not isinstance(strategy, ClusteredStrategy) or own:
+        if not aggregates_clusterwise(strategy):
             raise ValueError(
                 f"{name} aggregates by its own rule; it takes no {', '.join(sorted(server))}"
             )
@@ -104,6 +103,14 @@ def create_strategy(name: str, **cfg: Any) -> Strategy:
         check_server_optimizer(lr, momentum)
         strategy.server_lr, strategy.server_momentum = lr, momentum
     return strategy
+
+
+def aggregates_clusterwise(strategy: Strategy) -> TypeGuard[ClusteredStrategy]:
+    """Whether ``strategy`` forms its models with the shared cluster-wise rule of
+    :class:`ClusteredStrategy` (and so takes a server optimizer and a robust rule), not with a
+    server rule of its own (SCAFFOLD, FedDyn)."""
+    own = type(strategy).aggregate_train is not ClusteredStrategy.aggregate_train
+    return isinstance(strategy, ClusteredStrategy) and not own
 
 
 #: The strategy parameters of the server optimizer (any :class:`ClusteredStrategy`).
@@ -121,6 +128,7 @@ __all__ = [
     "StateView",
     "Strategy",
     "TrainTask",
+    "aggregates_clusterwise",
     "create_strategy",
     "list_strategies",
     "make_client_hook",
