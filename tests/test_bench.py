@@ -203,6 +203,31 @@ def test_the_report_says_how_each_clustered_method_set_its_threshold() -> None:
     assert "- fedavg" not in lines.split("##")[0]
 
 
+def test_the_report_sets_each_averaged_route_against_its_clusters_alone() -> None:
+    results = _results({"fedavg": [0.2, 0.3], "fedepth": [0.1, 0.2]})
+    assert "Averaged routes" not in render_report(results)  # no route averaged clusters
+    seeds = results["methods"]["fedepth"]["seeds"]
+    seeds["1"]["route_candidates"] = {
+        "spot_forest_road": {
+            "clusters": [3, 7],
+            "averaged": {"abs_rel": 0.848},
+            "alone": {"3": {"abs_rel": 0.349}, "7": {"abs_rel": 1.2}},
+        },
+        "car_day": {
+            "clusters": [1, 2],
+            "averaged": {"abs_rel": 0.2},
+            "alone": {"1": {"abs_rel": 0.25}, "2": {"abs_rel": 0.2}},
+        },
+    }
+    section = render_report(results).split("## Averaged routes against their clusters alone")[1]
+    rows = [line for line in section.split("##")[0].splitlines() if line.startswith("| fedepth")]
+    assert rows == [
+        "| fedepth | 1 | spot_forest_road | 0.848 | 3: 0.349, 7: 1.200 | 0.349 |",
+        "| fedepth | 1 | car_day | 0.200 | 1: 0.250, 2: 0.200 | 0.200 |",
+    ]
+    assert "at least as good as its best candidate on 1 of 2 routes" in section
+
+
 # -- the benchmark end to end -----------------------------------------------------------------
 #: Methods whose server or client state must survive a restart: SCAFFOLD's control variates
 #: (both sides), FedDyn's h and g_i, FedClust's clustering after round 0, FeDepth's soft

@@ -18,7 +18,7 @@ from fedepth.data.crops import evaluation_crop
 from fedepth.data.scenario import Scenario, load_scenario
 from fedepth.data.torchdata import resize_frame
 from fedepth.metrics import compute_errors, mean_errors
-from fedepth.models import get_state
+from fedepth.models import get_state, set_state
 from fedepth.sim import (
     ClientJob,
     Fleet,
@@ -36,7 +36,8 @@ from fedepth.sim import (
     wire_seconds,
 )
 from fedepth.sim.simulation import pooled_recipe
-from fedepth.strategies import create_strategy
+from fedepth.strategies import ClusteredStrategy, RouteDecision, Strategy, create_strategy
+from fedepth.strategies.fedavg import FedAvg
 from fedepth_cli.main import main
 
 CFG = sim_config(
@@ -411,3 +412,47 @@ def test_the_coordinators_norm_bound_applies_in_process_and_is_off_by_default(
     assert "update norm" in caplog.text and "exceeds the bound 1e-12" in caplog.text
     assert _states_equal(run.strategy.model_for(scenario.clients[0].name), initial)
     assert np.isnan(run.rounds[0].mean_loss)
+
+
+class _TwoOverlappingClusters(FedAvg):
+    """Cluster 0 holds every client, cluster 1 the first one; every unseen sequence is served
+    by the average of both (a soft route)."""
+
+    def form_clusters(self) -> np.ndarray:
+        m = np.ones((2, len(self.clients)), dtype=bool)
+        m[1, 1:] = False
+        return m
+
+    def route(self, descriptor: Any, **_: Any) -> RouteDecision:
+        return RouteDecision(clusters=[0, 1], weights=[0.5, 0.5], state=self.average_of([0, 1]))
+
+
+class _OverlapSimulation(Simulation):
+    def _strategy(self, method: str) -> Strategy:
+        return _TwoOverlappingClusters()
+
+
+def test_an_averaged_route_is_scored_against_each_of_its_clusters_alone(
+    scenario: Scenario, fleet: Fleet
+) -> None:
+    sim = _OverlapSimulation(fleet, get_state(initial_model(CFG)), CFG)
+    run = sim.run("overlap", progress=False)
+    first, last = run.rounds
+    assert first.candidates is None  # only the averaged rounds (the last one here)
+    assert last.candidates is not None and set(last.candidates) == {s.name for s in scenario.test}
+    strategy = run.strategy
+    assert isinstance(strategy, ClusteredStrategy)
+    seq = scenario.test[0]
+    for k in (0, 1):
+        model = CFG.build_model()
+        set_state(model, strategy.cluster_states[k])
+        alone, _ = evaluate_sequence(model, seq, CFG)
+        assert last.candidates[seq.name][str(k)] == alone
+    # the two clusters trained on other clients, so the candidates and their average differ
+    scores = run.summary()["route_candidates"][seq.name]
+    assert scores["clusters"] == [0, 1]
+    assert scores["averaged"] == run.per_sequence[seq.name]  # the tables' number
+    alone = [v["abs_rel"] for v in scores["alone"].values()]
+    assert len({scores["averaged"]["abs_rel"], *alone}) == 3
+    # one-cluster routes have nothing to compare
+    assert "route_candidates" not in _sim(fleet).run("fedavg", progress=False).summary()

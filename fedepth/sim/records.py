@@ -31,6 +31,9 @@ class RoundRecord:
     upload_bytes: dict[str, int]
     test: dict[str, dict[str, float]] | None = None
     routes: dict[str, list[int]] | None = None
+    #: test sequence -> cluster (as a string) -> the metrics of that cluster's model alone, for
+    #: every sequence served by an average of several clusters (the averaged rounds only)
+    candidates: dict[str, dict[str, dict[str, float]]] | None = None
 
     @property
     def overhead_seconds(self) -> float:
@@ -93,7 +96,36 @@ class MethodRun:
                 ],
             },
             "routes": self.rounds[-1].routes if self.rounds else None,
+            **(
+                {"route_candidates": candidates}
+                if (candidates := route_candidates(self.rounds))
+                else {}
+            ),
         }
+
+
+def route_candidates(records: Sequence[RoundRecord]) -> dict[str, dict[str, Any]]:
+    """Every test sequence served by an average of several clusters, against each of those
+    clusters' models alone: ``{seq: {"clusters": [...], "averaged": metrics, "alone": {k:
+    metrics}}}``, each the mean over the evaluations that scored the candidates (the averaged
+    rounds), so ``averaged`` is the sequence's number of the tables. Empty where no route
+    averaged several clusters (global and hard-clustered methods) or nothing scored them."""
+    rows: dict[str, list[tuple[dict[str, float], dict[str, dict[str, float]]]]] = {}
+    clusters: dict[str, list[int]] = {}
+    for r in records:
+        if not r.candidates or r.test is None:
+            continue
+        for seq, alone in r.candidates.items():
+            rows.setdefault(seq, []).append((r.test[f"seq:{seq}"], alone))
+            clusters[seq] = (r.routes or {}).get(seq, [int(k) for k in alone])
+    return {
+        seq: {
+            "clusters": clusters[seq],
+            "averaged": _mean_dicts([averaged for averaged, _ in scored]),
+            "alone": {k: _mean_dicts([alone[k] for _, alone in scored]) for k in scored[-1][1]},
+        }
+        for seq, scored in rows.items()
+    }
 
 
 def final_metrics(

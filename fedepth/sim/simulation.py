@@ -36,7 +36,14 @@ from fedepth.sim.records import (
     strategy_outputs,
 )
 from fedepth.sim.wire import state_nbytes, wire_seconds
-from fedepth.strategies import ClientInfo, ClientUpdate, Strategy, TrainTask, create_strategy
+from fedepth.strategies import (
+    ClientInfo,
+    ClientUpdate,
+    ClusteredStrategy,
+    Strategy,
+    TrainTask,
+    create_strategy,
+)
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +181,8 @@ class Simulation:
             last = rnd >= cfg.rounds - cfg.last_rounds
             if last or (cfg.eval_every and (rnd + 1) % cfg.eval_every == 0):
                 rec.test, rec.routes, samples = self.evaluate(strategy)
+                if last:
+                    rec.candidates = self.score_candidates(strategy, rec.routes) or None
             records.append(rec)
             if checkpoint is not None:
                 meta, states = strategy.state_dict()
@@ -231,6 +240,26 @@ class Simulation:
         out.update({g: _mean_dicts(rows) for g, rows in groups.items()})
         out.update({f"seq:{k}": v for k, v in per_seq.items()})
         return out, routes, samples
+
+    def score_candidates(
+        self, strategy: Strategy, routes: Mapping[str, list[int]]
+    ) -> dict[str, dict[str, dict[str, float]]]:
+        """Each test sequence that is served by an average of several clusters, scored with
+        every one of those clusters' models alone (cluster index as a string -> metrics): does
+        averaging the candidates help, or would one of them have served the sequence better?
+        Empty for strategies without cluster models and for single-cluster routes."""
+        if not isinstance(strategy, ClusteredStrategy):
+            return {}
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for seq, _, _ in self.fleet.test_queries:
+            clusters = routes.get(seq.name, [])
+            if len(clusters) < 2:
+                continue
+            out[seq.name] = {}
+            for k in clusters:
+                set_state(self._eval_model, strategy.average_of([k]))
+                out[seq.name][str(k)], _ = evaluate_sequence(self._eval_model, seq, self.config)
+        return out
 
 
 def pooled_recipe(cfg: SimConfig, strategy: Strategy, rnd: int, num_clients: int) -> TrainRecipe:
