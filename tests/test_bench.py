@@ -211,21 +211,26 @@ def test_the_report_sets_each_averaged_route_against_its_clusters_alone() -> Non
         "spot_forest_road": {
             "clusters": [3, 7],
             "averaged": {"abs_rel": 0.848},
-            "alone": {"3": {"abs_rel": 0.349}, "7": {"abs_rel": 1.2}},
+            "alone": {
+                "3": {"abs_rel": 0.349, "jeffreys": 12.5},
+                "7": {"abs_rel": 1.2, "jeffreys": 9.0},
+            },
         },
         "car_day": {
             "clusters": [1, 2],
             "averaged": {"abs_rel": 0.2},
-            "alone": {"1": {"abs_rel": 0.25}, "2": {"abs_rel": 0.2}},
+            "alone": {"1": {"abs_rel": 0.25}, "2": {"abs_rel": 0.2}},  # recorded without S
         },
     }
     section = render_report(results).split("## Averaged routes against their clusters alone")[1]
     rows = [line for line in section.split("##")[0].splitlines() if line.startswith("| fedepth")]
     assert rows == [
-        "| fedepth | 1 | spot_forest_road | 0.848 | 3: 0.349, 7: 1.200 | 0.349 |",
-        "| fedepth | 1 | car_day | 0.200 | 1: 0.250, 2: 0.200 | 0.200 |",
+        "| fedepth | 1 | spot_forest_road | 0.848 | 3: 0.349 (S 12.5), 7: 1.200 (S 9) | 0.349 "
+        "| 7: 1.200 |",
+        "| fedepth | 1 | car_day | 0.200 | 1: 0.250, 2: 0.200 | 0.200 | - |",
     ]
     assert "at least as good as its best candidate on 1 of 2 routes" in section
+    assert "the nearest candidate was the best one on 0 of 1." in section
 
 
 # -- the benchmark end to end -----------------------------------------------------------------

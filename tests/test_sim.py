@@ -36,7 +36,13 @@ from fedepth.sim import (
     wire_seconds,
 )
 from fedepth.sim.simulation import pooled_recipe
-from fedepth.strategies import ClusteredStrategy, RouteDecision, Strategy, create_strategy
+from fedepth.strategies import (
+    ClusteredStrategy,
+    FeDepth,
+    RouteDecision,
+    Strategy,
+    create_strategy,
+)
 from fedepth.strategies.fedavg import FedAvg
 from fedepth_cli.main import main
 
@@ -452,7 +458,21 @@ def test_an_averaged_route_is_scored_against_each_of_its_clusters_alone(
     scores = run.summary()["route_candidates"][seq.name]
     assert scores["clusters"] == [0, 1]
     assert scores["averaged"] == run.per_sequence[seq.name]  # the tables' number
-    alone = [v["abs_rel"] for v in scores["alone"].values()]
-    assert len({scores["averaged"]["abs_rel"], *alone}) == 3
+    each = [v["abs_rel"] for v in scores["alone"].values()]
+    assert len({scores["averaged"]["abs_rel"], *each}) == 3
+    # FeDepth's candidates carry the sequence's S_k (the divergence its route compares with tau)
+    fedepth_sim = _sim(fleet)
+    soft = fedepth_sim.run("fedepth", progress=False).strategy
+    assert isinstance(soft, FeDepth) and soft.M_star.shape[0] > 1
+    every = list(range(soft.M_star.shape[0]))
+    for seq, desc, _ in fleet.test_queries:
+        assert desc is not None
+        scored = fedepth_sim.score_candidates(soft, {seq.name: every})[seq.name]
+        expected = soft.cluster_scores(desc)
+        assert {k: v["jeffreys"] for k, v in scored.items()} == {
+            str(k): float(expected[k]) for k in every
+        }
+        within = np.flatnonzero(expected <= soft.tau).tolist()
+        assert soft.route(desc).clusters == (within or [int(np.argmin(expected))])
     # one-cluster routes have nothing to compare
     assert "route_candidates" not in _sim(fleet).run("fedavg", progress=False).summary()

@@ -286,36 +286,54 @@ def _thresholds(m: Mapping[str, Mapping[str, Any]]) -> list[str]:
 def _averaged_routes(m: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """A table of every test sequence that a method served with the average of several
     cluster models (FeDepth's soft routing), against each of those models alone, per seed:
-    whether averaging the candidates helped that sequence or one of them would have served it
-    better."""
+    whether averaging the candidates helped that sequence, or one of them (the nearest by
+    divergence, where it is known) would have served it better."""
     rows = []
-    better = total = 0
+    averaged_best = nearest_best = with_scores = 0
     for name, entry in m.items():
         for seed, run in (entry.get("seeds") or {"-": entry}).items():
             for seq, c in (run.get("route_candidates") or {}).items():
                 averaged = c["averaged"]["abs_rel"]
                 alone = {k: v["abs_rel"] for k, v in c["alone"].items()}
-                total += 1
-                better += averaged <= min(alone.values())
-                cells = ", ".join(f"{k}: {v:.3f}" for k, v in alone.items())
+                scores = {k: v["jeffreys"] for k, v in c["alone"].items() if "jeffreys" in v}
+                best = min(alone.values())
+                averaged_best += averaged <= best
+                nearest = "-"
+                if len(scores) == len(alone):
+                    k_near = min(scores, key=lambda k: scores[k])
+                    nearest = f"{k_near}: {alone[k_near]:.3f}"
+                    with_scores += 1
+                    nearest_best += alone[k_near] == best
+                cells = ", ".join(
+                    f"{k}: {v:.3f}" + (f" (S {scores[k]:.4g})" if k in scores else "")
+                    for k, v in alone.items()
+                )
                 rows.append(
-                    f"| {name} | {seed} | {seq} | {averaged:.3f} | {cells} | "
-                    f"{min(alone.values()):.3f} |"
+                    f"| {name} | {seed} | {seq} | {averaged:.3f} | {cells} | {best:.3f} | "
+                    f"{nearest} |"
                 )
     if not rows:
         return []
     return [
         "## Averaged routes against their clusters alone",
         "",
-        "Test sequences served by the average of several cluster models (each candidate "
-        "cluster within tau), Abs Rel over the averaged rounds: the averaged model, each "
-        "candidate cluster's model alone, the best of them.",
+        "Test sequences served by the average of several cluster models (every cluster whose "
+        "mean divergence S to the sequence is within tau), Abs Rel over the averaged rounds: "
+        "the averaged model, each candidate cluster's model alone, the best of them, and the "
+        "nearest one (lowest S).",
         "",
-        "| Method | seed | test sequence | averaged | each cluster alone | best alone |",
-        "| --- | --- | --- | ---: | --- | ---: |",
+        "| Method | seed | test sequence | averaged | each cluster alone | best alone | "
+        "nearest alone |",
+        "| --- | --- | --- | ---: | --- | ---: | ---: |",
         *rows,
         "",
-        f"The average was at least as good as its best candidate on {better} of {total} routes.",
+        f"The average was at least as good as its best candidate on {averaged_best} of "
+        f"{len(rows)} routes"
+        + (
+            f"; the nearest candidate was the best one on {nearest_best} of {with_scores}."
+            if with_scores
+            else "."
+        ),
         "",
     ]
 

@@ -40,6 +40,7 @@ from fedepth.strategies import (
     ClientInfo,
     ClientUpdate,
     ClusteredStrategy,
+    FeDepth,
     Strategy,
     TrainTask,
     create_strategy,
@@ -245,20 +246,29 @@ class Simulation:
         self, strategy: Strategy, routes: Mapping[str, list[int]]
     ) -> dict[str, dict[str, dict[str, float]]]:
         """Each test sequence that is served by an average of several clusters, scored with
-        every one of those clusters' models alone (cluster index as a string -> metrics): does
-        averaging the candidates help, or would one of them have served the sequence better?
-        Empty for strategies without cluster models and for single-cluster routes."""
+        every one of those clusters' models alone (cluster index as a string -> metrics, with
+        FeDepth's ``S_k`` of the sequence as ``jeffreys``): does averaging the candidates
+        help, or would one of them, the nearest say, have served the sequence better? Empty
+        for strategies without cluster models and for single-cluster routes."""
         if not isinstance(strategy, ClusteredStrategy):
             return {}
         out: dict[str, dict[str, dict[str, float]]] = {}
-        for seq, _, _ in self.fleet.test_queries:
+        for seq, desc, _ in self.fleet.test_queries:
             clusters = routes.get(seq.name, [])
             if len(clusters) < 2:
                 continue
+            scores = (
+                strategy.cluster_scores(desc)
+                if isinstance(strategy, FeDepth) and desc is not None
+                else None
+            )
             out[seq.name] = {}
             for k in clusters:
                 set_state(self._eval_model, strategy.average_of([k]))
-                out[seq.name][str(k)], _ = evaluate_sequence(self._eval_model, seq, self.config)
+                metrics, _ = evaluate_sequence(self._eval_model, seq, self.config)
+                if scores is not None:
+                    metrics["jeffreys"] = float(scores[k])
+                out[seq.name][str(k)] = metrics
         return out
 
 

@@ -109,6 +109,11 @@ class FeDepth(TauRule, ClusteredStrategy):
             descriptor.mean[None], descriptor.var[None], means, variances
         )[0]
 
+    def cluster_scores(self, descriptor: Descriptor) -> np.ndarray:
+        """``S_k`` of a descriptor: its mean Jeffreys divergence to each cluster's members (K,),
+        what :meth:`route` compares with tau."""
+        return clustering.cluster_scores(self.divergences(descriptor), self.M_star)
+
     def route(
         self,
         descriptor: Descriptor | None,
