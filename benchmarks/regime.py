@@ -18,7 +18,9 @@ Splits: ``pretrain`` (the scenario's pretraining sequences: what the initial che
 
 Change one setting per run to measure its effect alone; docs/results-history.md lists the runs
 made.
-Runs on ``--threads`` torch threads (default 1, so two runs can share a 2-core machine).
+Runs on ``--threads`` torch threads (default 1, so two runs can share a 2-core machine), on the
+CPU unless ``--device cuda`` (then with bf16 autocast, as a robot with a GPU trains; add
+``--workers`` to load frames in parallel).
 """
 
 from __future__ import annotations
@@ -99,6 +101,12 @@ def main() -> None:
         help="also score the training sequences at the end (the generalisation gap)",
     )
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--device", default="cpu", help="where to train and score: cpu (default), cuda, cuda:N"
+    )
+    ap.add_argument(
+        "--workers", type=int, default=0, help="data-loading processes (0: in the main one)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write the final numbers here")
     args = ap.parse_args()
@@ -162,7 +170,8 @@ def main() -> None:
                 final_lr_fraction=0.02,
             ),
             seed=args.seed,
-            device="cpu",
+            device=args.device,
+            num_workers=args.workers,
         ),
     )
     trainer.fit(dataset, on_step=on_step)
@@ -171,7 +180,7 @@ def main() -> None:
     print(
         f"final  split {args.split}  steps {args.steps}  size {args.image_size}  "
         f"lambda {args.variance_focus}  lr {args.lr:g}  photometric {args.photometric}  "
-        f"init {args.init}:  abs_rel {mean['abs_rel']:.3f}  "
+        f"init {args.init}  device {args.device}:  abs_rel {mean['abs_rel']:.3f}  "
         f"d1 {mean['d1']:.3f}  ({seconds:.0f} s)"
     )
     for name, r in rows.items():

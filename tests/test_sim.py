@@ -357,6 +357,17 @@ class _ConstantDepth(torch.nn.Module):
         return torch.full((rgb.shape[0], 1, *rgb.shape[2:]), 3.0)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_model_on_the_gpu_is_scored_where_its_weights_are(scenario: Scenario) -> None:
+    torch.manual_seed(0)
+    model = CFG.build_model()
+    seq = scenario.test[0]
+    on_cpu, _ = evaluate_sequence(model, seq, CFG)
+    on_gpu, sample = evaluate_sequence(model.to("cuda"), seq, CFG)
+    assert on_gpu == pytest.approx(on_cpu, rel=1e-3)
+    assert sample[0][2].dtype == np.float32  # the picture's prediction is back on the CPU
+
+
 def test_test_frames_are_scored_inside_their_benchmarks_crop(smoke_bmr: Path) -> None:
     config = replace(CFG, eval_frames=2)
     model = _ConstantDepth()

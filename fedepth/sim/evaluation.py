@@ -49,14 +49,17 @@ def evaluate_sequence(
 ) -> tuple[dict[str, float], list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     """Mean metrics over a sequence's evaluation frames (at the training resolution, inside
     its source benchmark's crop: :func:`~fedepth.data.crops.evaluation_crop`), and the
-    (rgb, gt, pred) of its first evaluation frame for pictures."""
+    (rgb, gt, pred) of its first evaluation frame for pictures. The model is run where its
+    weights are (a GPU after GPU training); metrics are computed on the CPU."""
     rows: list[dict[str, float]] = []
     sample: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    weight = next(model.parameters(), None)
+    device = weight.device if weight is not None else torch.device("cpu")
     model.eval()
     with torch.inference_mode():
         for i in eval_indices(len(seq), config.eval_frames):
             rgb, depth = resize_frame(seq[i], config.image_size)
-            pred = model(rgb[None])[0, 0].numpy()
+            pred = model(rgb[None].to(device))[0, 0].float().cpu().numpy()
             gt = depth[0].numpy()
             crop = evaluation_crop(seq.meta.source, (gt.shape[0], gt.shape[1]))
             valid = (gt > seq.meta.min_depth) & (gt < seq.meta.max_depth)
