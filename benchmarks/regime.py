@@ -40,6 +40,7 @@ from fedepth.models import load_weights
 from fedepth.optconfig import OptimizerConfig, TrainConfig
 from fedepth.sim import SimConfig, evaluate_sequence
 from fedepth.training import LocalTrainer
+from fedepth_ros.learner import resolve_device
 
 #: Ranges (uniform) of ``--photometric``: NeWCRFs' ``augment_image`` with its NYUv2 brightness
 #: range, applied to half the items; depth and geometry are untouched, so metric scale is kept.
@@ -102,7 +103,9 @@ def main() -> None:
     )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument(
-        "--device", default="cpu", help="where to train and score: cpu (default), cuda, cuda:N"
+        "--device",
+        default="cpu",
+        help="where to train and score: cpu (default), cuda, cuda:N or auto (CUDA when present)",
     )
     ap.add_argument(
         "--workers", type=int, default=0, help="data-loading processes (0: in the main one)"
@@ -110,6 +113,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write the final numbers here")
     args = ap.parse_args()
+    try:
+        device = resolve_device(args.device)
+    except ValueError as exc:
+        ap.error(f"--device: {exc}")
 
     torch.set_num_threads(args.threads)
     if args.data is None:
@@ -170,7 +177,7 @@ def main() -> None:
                 final_lr_fraction=0.02,
             ),
             seed=args.seed,
-            device=args.device,
+            device=str(device),
             num_workers=args.workers,
         ),
     )
@@ -180,7 +187,7 @@ def main() -> None:
     print(
         f"final  split {args.split}  steps {args.steps}  size {args.image_size}  "
         f"lambda {args.variance_focus}  lr {args.lr:g}  photometric {args.photometric}  "
-        f"init {args.init}  device {args.device}:  abs_rel {mean['abs_rel']:.3f}  "
+        f"init {args.init}  device {device}:  abs_rel {mean['abs_rel']:.3f}  "
         f"d1 {mean['d1']:.3f}  ({seconds:.0f} s)"
     )
     for name, r in rows.items():
