@@ -36,40 +36,7 @@ def write_figures(
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
-    for name, per_seed in runs.items():
-        curves = [s["curves"] for s in per_seed]
-        rounds = np.asarray(curves[0]["round"]) + 1
-        loss = np.asarray([c["train_loss"] for c in curves], dtype=float)
-        (line,) = axes[0].plot(rounds, loss.mean(axis=0), label=name)
-        if len(curves) > 1:
-            band = loss.std(axis=0, ddof=1)
-            axes[0].fill_between(
-                rounds,
-                loss.mean(axis=0) - band,
-                loss.mean(axis=0) + band,
-                color=line.get_color(),
-                alpha=0.2,
-            )
-        at = [i for i in range(len(rounds)) if all(c["abs_rel"][i] is not None for c in curves)]
-        if at:
-            err = np.asarray([[c["abs_rel"][i] for i in at] for c in curves], dtype=float)
-            (line,) = axes[1].plot(rounds[at], err.mean(axis=0), marker="o", label=name)
-            if len(curves) > 1:
-                band = err.std(axis=0, ddof=1)
-                axes[1].fill_between(
-                    rounds[at],
-                    err.mean(axis=0) - band,
-                    err.mean(axis=0) + band,
-                    color=line.get_color(),
-                    alpha=0.2,
-                )
-    axes[0].set(title="mean local training loss", xlabel="round")
-    axes[1].set(title="test Abs Rel (routed models)", xlabel="round")
-    axes[1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "curves.png", dpi=110)
-    plt.close(fig)
+    write_curves(out, runs)
 
     A = clustering.jeffreys_matrix(fleet.means, fleet.variances)
     fed = runs.get("fedepth")
@@ -154,3 +121,50 @@ def shown_sequences(names: Sequence[str], rows: int = 6) -> list[str]:
         return list(names)
     picks = np.unique(np.linspace(0, len(names) - 1, rows).round().astype(int))
     return [names[i] for i in picks]
+
+
+def write_curves(out: Path, runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
+    """curves.png: every method's training loss and test Abs Rel per round (see
+    :func:`write_figures`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4))
+    for name, per_seed in runs.items():
+        curves = [s["curves"] for s in per_seed]
+        rounds = np.asarray(curves[0]["round"]) + 1
+        loss = np.asarray([c["train_loss"] for c in curves], dtype=float)
+        (line,) = axes[0].plot(rounds, loss.mean(axis=0), label=name)
+        if len(curves) > 1:
+            band = loss.std(axis=0, ddof=1)
+            axes[0].fill_between(
+                rounds,
+                loss.mean(axis=0) - band,
+                loss.mean(axis=0) + band,
+                color=line.get_color(),
+                alpha=0.2,
+            )
+        at = [i for i in range(len(rounds)) if all(c["abs_rel"][i] is not None for c in curves)]
+        if at:
+            err = np.asarray([[c["abs_rel"][i] for i in at] for c in curves], dtype=float)
+            (line,) = axes[1].plot(rounds[at], err.mean(axis=0), marker="o", label=name)
+            if len(curves) > 1:
+                band = err.std(axis=0, ddof=1)
+                axes[1].fill_between(
+                    rounds[at],
+                    err.mean(axis=0) - band,
+                    err.mean(axis=0) + band,
+                    color=line.get_color(),
+                    alpha=0.2,
+                )
+    seeds = max((len(s) for s in runs.values()), default=1)
+    spread = f", mean of {seeds} seeds ± 1 std" if seeds > 1 else ""
+    axes[0].set(title="mean local training loss" + spread, xlabel="round")
+    axes[1].set(title="test Abs Rel (routed models)" + spread, xlabel="round")
+    # outside the axes: the seed bands fill the plot, and a legend inside hides one of them
+    axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=110)
+    plt.close(fig)
