@@ -25,7 +25,7 @@ from fedepth.bench import (
     run_config,
     sim_config,
 )
-from fedepth.bench.figures import shown_methods, shown_sequences
+from fedepth.bench.figures import shown_methods, shown_sequences, write_curves
 from fedepth.bench.fleet_summary import weights_sha256
 from fedepth.bench.runner import _Bench
 from fedepth.models import save_weights
@@ -669,6 +669,47 @@ def test_predictions_always_show_fedepth() -> None:
     assert shown_methods(table) == ["cl", "fedavg", "pacfl", "fedepth"]
     assert shown_methods(["fedavg", "fedepth"]) == ["fedavg", "fedepth"]
     assert shown_methods(["cl", "fedavg", "pacfl", "hard", "fedprox"]) == table[:4]
+
+
+def test_curves_show_each_methods_seed_mean_with_its_band_and_a_legend_beside_the_axes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import matplotlib.figure
+
+    saved: list[Any] = []
+    monkeypatch.setattr(
+        matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: saved.append(fig)
+    )
+
+    def seed(loss: list[float], err: list[float | None]) -> dict[str, Any]:
+        return {"curves": {"round": [0, 1, 2], "train_loss": loss, "abs_rel": err}}
+
+    runs = {
+        "fedavg": [
+            seed([3.0, 2.0, 1.0], [None, 0.6, 0.4]),
+            seed([5.0, 4.0, 3.0], [None, 0.8, 0.6]),
+        ],
+        "fedepth": [seed([2.0, 1.0, 0.5], [None, 0.3, 0.2])],
+    }
+    write_curves(tmp_path, runs)
+
+    (fig,) = saved
+    loss_ax, err_ax = fig.axes
+    assert [line.get_label() for line in err_ax.get_lines()] == ["fedavg", "fedepth"]
+    fedavg_err = err_ax.get_lines()[0]
+    assert fedavg_err.get_xdata().tolist() == [
+        2,
+        3,
+    ]  # rounds counted from 1, unscored round left out
+    assert fedavg_err.get_ydata() == pytest.approx([0.7, 0.5])
+    assert loss_ax.get_lines()[0].get_ydata() == pytest.approx([4.0, 3.0, 2.0])
+    # a band (1 sample std) for the method with two seeds only, on both axes
+    assert len(loss_ax.collections) == len(err_ax.collections) == 1
+    lower = err_ax.collections[0].get_paths()[0].vertices[:, 1].min()
+    assert lower == pytest.approx(0.5 - np.std([0.4, 0.6], ddof=1))
+    assert err_ax.get_title().endswith("mean of 2 seeds ± 1 std")
+    legend = err_ax.get_legend()
+    assert legend is not None and legend.get_bbox_to_anchor().x0 > err_ax.get_window_extent().x1
 
 
 def _reorder_metadata(src: Path, dst: Path) -> None:

@@ -136,29 +136,11 @@ def write_curves(out: Path, runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> 
         curves = [s["curves"] for s in per_seed]
         rounds = np.asarray(curves[0]["round"]) + 1
         loss = np.asarray([c["train_loss"] for c in curves], dtype=float)
-        (line,) = axes[0].plot(rounds, loss.mean(axis=0), label=name)
-        if len(curves) > 1:
-            band = loss.std(axis=0, ddof=1)
-            axes[0].fill_between(
-                rounds,
-                loss.mean(axis=0) - band,
-                loss.mean(axis=0) + band,
-                color=line.get_color(),
-                alpha=0.2,
-            )
+        _plot_mean_band(axes[0], rounds, loss, label=name)
         at = [i for i in range(len(rounds)) if all(c["abs_rel"][i] is not None for c in curves)]
         if at:
             err = np.asarray([[c["abs_rel"][i] for i in at] for c in curves], dtype=float)
-            (line,) = axes[1].plot(rounds[at], err.mean(axis=0), marker="o", label=name)
-            if len(curves) > 1:
-                band = err.std(axis=0, ddof=1)
-                axes[1].fill_between(
-                    rounds[at],
-                    err.mean(axis=0) - band,
-                    err.mean(axis=0) + band,
-                    color=line.get_color(),
-                    alpha=0.2,
-                )
+            _plot_mean_band(axes[1], rounds[at], err, label=name, marker="o")
     seeds = max((len(s) for s in runs.values()), default=1)
     spread = f", mean of {seeds} seeds ± 1 std" if seeds > 1 else ""
     axes[0].set(title="mean local training loss" + spread, xlabel="round")
@@ -168,3 +150,12 @@ def write_curves(out: Path, runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> 
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=110)
     plt.close(fig)
+
+
+def _plot_mean_band(ax: Any, x: np.ndarray, y: np.ndarray, **line_kw: Any) -> None:
+    """The mean over seeds (the rows of ``y``) and, for several seeds, a band of 1 sample std."""
+    mean = y.mean(axis=0)
+    (line,) = ax.plot(x, mean, **line_kw)
+    if y.shape[0] > 1:
+        band = y.std(axis=0, ddof=1)
+        ax.fill_between(x, mean - band, mean + band, color=line.get_color(), alpha=0.2)
