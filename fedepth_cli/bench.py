@@ -8,6 +8,7 @@ then, so the library never imports the coordinator.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -161,6 +162,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number > 0")
+    return value
+
+
 def _size(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
@@ -191,6 +203,7 @@ def _bench_spec(
         seed=seeds[0],
         rounds=args.rounds,
         local_steps=args.local_steps,
+        lr=args.lr,
         round_schedule=args.round_schedule,
         descriptor_layers=args.descriptor_layers,
         image_size=_size(args.image_size),
@@ -458,6 +471,12 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--weights", help="initial weights (safetensors) instead of pretraining")
     p.add_argument("--rounds", type=_positive_int, help="communication rounds")
     p.add_argument("--local-steps", type=_positive_int, help="local steps per round")
+    p.add_argument(
+        "--lr",
+        type=_positive_float,
+        help="learning rate of every client's local steps (default: the recipe's 1e-4), and "
+        "of CL's unless cl.lr is given",
+    )
     p.add_argument(
         "--round-schedule",
         choices=("constant", "cosine"),  # fedepth.recipe.ROUND_SCHEDULES (torch-free here)

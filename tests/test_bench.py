@@ -624,6 +624,9 @@ def test_bench_cli_refuses_bad_seeds(
         (["--rounds", "-3"], "argument --rounds: -3 must be >= 1"),
         (["--local-steps", "0"], "argument --local-steps: 0 must be >= 1"),
         (["--pretrain-steps", "ten"], "argument --pretrain-steps: 'ten' is not an integer"),
+        (["--lr", "0"], "argument --lr: 0 must be a finite number > 0"),
+        (["--lr", "nan"], "argument --lr: nan must be a finite number > 0"),
+        (["--lr", "fast"], "argument --lr: 'fast' is not a number"),
     ],
 )
 def test_bench_cli_refuses_counts_below_one(
@@ -757,6 +760,25 @@ def test_an_out_that_recorded_a_users_weights_by_the_file_hash_resumes_with_that
     save_weights(model, path)
     with pytest.raises(OutConflictError, match="holds a run with weights_sha256="):
         check_out(spec)  # other weights at the same path
+
+
+def test_the_local_learning_rate_from_the_command_line_is_recorded_and_used(
+    smoke_hpe: Path, weights: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ("--rounds", "2")
+    out = tmp_path / "lr"
+    assert _bench_cli(out, smoke_hpe, weights, *base, "--lr", "3e-3") == 0
+    assert json.loads((out / "config.json").read_text())["sim"]["lr"] == 3e-3
+    assert _bench_cli(tmp_path / "default", smoke_hpe, weights, *base) == 0
+    losses = [
+        json.loads((d / "state" / "seed0" / "fedavg" / "summary.json").read_text())["curves"]
+        for d in (out, tmp_path / "default")
+    ]
+    assert losses[0]["train_loss"] != losses[1]["train_loss"]  # the clients trained with it
+    capsys.readouterr()
+    # an --out resumes only with the learning rate it was run with
+    assert _bench_cli(out, smoke_hpe, weights, *base) == 2
+    assert "holds a run with lr=0.003" in capsys.readouterr().err
 
 
 def test_strategy_parameters_from_the_command_line_are_checked_recorded_and_used(
