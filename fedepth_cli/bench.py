@@ -469,7 +469,11 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--sweep", help="FeDepth overlap ratios to sweep, e.g. 0,0.2,1 or 'paper'")
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--weights", help="initial weights (safetensors) instead of pretraining")
-    p.add_argument("--rounds", type=_positive_int, help="communication rounds")
+    p.add_argument(
+        "--rounds",
+        type=_positive_int,
+        help="communication rounds (default: the profile's; small: 16 on HPE, 32 on BMR)",
+    )
     p.add_argument("--local-steps", type=_positive_int, help="local steps per round")
     p.add_argument(
         "--lr",

@@ -828,3 +828,12 @@ def test_strategy_parameters_from_the_command_line_are_checked_recorded_and_used
     assert _bench_cli(out, smoke_hpe, weights, *own) == 0
     assert _bench_cli(out, smoke_hpe, weights, *base) == 2
     assert "holds a run with method_params=" in capsys.readouterr().err
+
+
+def test_the_small_profile_gives_bmr_twice_the_rounds_of_hpe_and_nothing_else() -> None:
+    hpe, bmr = sim_config("hpe", "small"), sim_config("bmr", "small")
+    assert bmr.rounds == 2 * hpe.rounds
+    # besides the rounds, BMR differs only by its threshold rule
+    assert replace(bmr, rounds=hpe.rounds, method_params={}) == replace(hpe, method_params={})
+    assert sim_config("bmr", "small", rounds=8).rounds == 8  # the command line still decides
+    assert sim_config("bmr", "smoke").rounds == sim_config("hpe", "smoke").rounds

@@ -50,6 +50,7 @@ from fedepth.bench.report import MARK, curve_change, format_table, render_report
 from fedepth.bench.runner import is_pooled, round_line, run_benchmark
 from fedepth.bench.spec import (
     ALL_METHODS,
+    SCENARIO_SIM_SIZES,
     SIM_SIZES,
     SWEEP,
     BenchSpec,
@@ -65,6 +66,7 @@ __all__ = [
     "DEMO_SPREAD",
     "MARK",
     "OUTPUTS",
+    "SCENARIO_SIM_SIZES",
     "SIM_SIZES",
     "SWEEP",
     "BenchSpec",
