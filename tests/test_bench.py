@@ -837,3 +837,14 @@ def test_the_small_profile_gives_bmr_twice_the_rounds_of_hpe_and_nothing_else() 
     assert replace(bmr, rounds=hpe.rounds, method_params={}) == replace(hpe, method_params={})
     assert sim_config("bmr", "small", rounds=8).rounds == 8  # the command line still decides
     assert sim_config("bmr", "smoke").rounds == sim_config("hpe", "smoke").rounds
+
+
+def test_the_rounds_help_names_the_small_profiles_round_counts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the help is a literal (building the parser must not import torch), so it is checked here
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    hpe, bmr = sim_config("hpe", "small").rounds, sim_config("bmr", "small").rounds
+    assert f"small: {hpe} on HPE, {bmr} on BMR" in shown
