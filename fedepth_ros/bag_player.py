@@ -43,7 +43,7 @@ from rosbags.rosbag2 import Reader
 from fedepth.data.bags import BagError, detect_storage, iter_messages, open_bag, select_connections
 from fedepth_ros.dds import use_large_data_profile
 from fedepth_ros.interrupts import stopping, watch_sigint
-from fedepth_ros.params import BAG_PLAYER, declare_parameters
+from fedepth_ros.params import BAG_PLAYER, NodeConfigError, declare_parameters
 
 #: Exit status of a lossless playback that a subscriber did not fully acknowledge.
 EXIT_NOT_ACKNOWLEDGED = 3
@@ -374,7 +374,7 @@ def main(args: list[str] | None = None) -> int:
             + (" (interrupted)" if stats.interrupted else "")
         )
         return EXIT_NOT_ACKNOWLEDGED if node.lossless and not delivered else 0
-    except BagError as exc:
+    except (BagError, NodeConfigError) as exc:
         logger.error(str(exc))
         return 1
     except (KeyboardInterrupt, ExternalShutdownException):

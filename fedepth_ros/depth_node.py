@@ -7,9 +7,10 @@ drop-oldest queue (``queue_size``) to a worker thread, which from the first
 ``coordinator: ""`` it uses the ``weights`` file alone. Then every frame, the routing frames
 included, gives ``depth_pred/image`` (32FC1 metres, the input header, NaN = invalid) and its
 sibling ``depth_pred/camera_info`` (the input camera_info unchanged, distortion included, with
-the image's header), and with ``publish_points`` ``depth_pred/points`` (PointCloud2, XYZ in the
-camera frame); outputs use ``output_qos`` (sensor data by default) and inference runs only
-while someone subscribes to one of them. With ``weights`` set, frames are answered with those
+the image's header; ``mask_border`` blanks a margin the model was never trained on), and
+with ``publish_points`` ``depth_pred/points`` (PointCloud2, XYZ in the camera frame); outputs
+use ``output_qos`` (sensor data by default) and inference runs only while someone subscribes to
+one of them. With ``weights`` set, frames are answered with those
 (card-checked) weights while the node waits for routing. The decision (clusters, weights) is
 published on ``fedepth/route`` (latched: transient-local); ``/diagnostics`` says what the node
 is doing and why nothing is published. The routing calls (retries, drift monitor, re-route)
@@ -84,6 +85,10 @@ class DepthNode(WorkerNode):
         out_qos = stream_qos(str(params["output_qos"]), "output_qos")
         in_qos = stream_qos(str(params["input_qos"]), "input_qos")
         self.resize_input = bool(params["resize_input"])
+        try:
+            self.mask_border = border_fractions(params["mask_border"])
+        except ValueError as exc:
+            raise NodeConfigError(f"mask_border: {exc}") from None
         if not float(params["status_period"]) > 0:
             raise NodeConfigError("status_period must be > 0")
         try:
@@ -472,6 +477,8 @@ class DepthNode(WorkerNode):
                 throttle_duration_sec=5.0,
             )
             return
+        if any(self.mask_border):
+            depth = mask_border(depth, self.mask_border)
         self.infer_seconds.append(time.perf_counter() - start)
         self.processed += 1
         stamp_ns = rosmsg.stamp_to_ns(msg.header.stamp)
@@ -487,6 +494,34 @@ class DepthNode(WorkerNode):
             if self.points_pub is not None:
                 points = rosmsg.depth_to_points(depth, k)
                 self.points_pub.publish(messages.points_message(points, header=msg.header))
+
+
+def border_fractions(values: Any) -> tuple[float, float, float, float]:
+    """The ``mask_border`` parameter as (top, bottom, left, right) fractions; ValueError names
+    what is wrong (not four numbers, one outside [0, 0.5))."""
+    try:
+        fractions = tuple(float(v) for v in values)
+    except (TypeError, ValueError):
+        raise ValueError(f"four numbers (top, bottom, left, right), got {values!r}") from None
+    if len(fractions) != 4:
+        raise ValueError(f"four numbers (top, bottom, left, right), got {len(fractions)}")
+    for side, f in zip(("top", "bottom", "left", "right"), fractions, strict=True):
+        if not 0.0 <= f < 0.5:
+            raise ValueError(f"{side} must be in [0, 0.5), got {f}")
+    return fractions[0], fractions[1], fractions[2], fractions[3]
+
+
+def mask_border(depth: np.ndarray, fractions: tuple[float, float, float, float]) -> np.ndarray:
+    """A copy of (H, W) ``depth`` with NaN within the (top, bottom, left, right) fractions of its
+    height and width, each rounded to whole pixels."""
+    h, w = depth.shape
+    top, bottom, left, right = (round(f * n) for f, n in zip(fractions, (h, h, w, w), strict=True))
+    out = np.array(depth, dtype=np.float32, copy=True)
+    out[:top] = np.nan
+    out[h - bottom :] = np.nan
+    out[:, :left] = np.nan
+    out[:, w - right :] = np.nan
+    return out
 
 
 def main(args: list[str] | None = None) -> int:

@@ -20,10 +20,9 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy, qos_profile_
 from fedepth_coordinator.client import ClientTls, CoordinatorClient, open_channel
 from fedepth_ros.dds import use_large_data_profile
 from fedepth_ros.interrupts import stopping, watch_sigint
+from fedepth_ros.params import NodeConfigError
 
-
-class NodeConfigError(ValueError):
-    """A parameter value the node cannot work with (logged as one line; exit status 1)."""
+__all__ = ["NodeConfigError"]  # defined beside the parameters, which raise it too
 
 
 #: The QoS names of the nodes' ``input_qos`` / ``output_qos`` parameters.

@@ -14,6 +14,11 @@ from fedepth.recipe import TrainRecipe
 
 _RECIPE = TrainRecipe()
 
+
+class NodeConfigError(ValueError):
+    """A parameter value the node cannot work with (logged as one line; exit status 1)."""
+
+
 ParamSpec = Mapping[str, tuple[Any, str]]  # name -> (default, description)
 
 BAG_PLAYER: ParamSpec = {
@@ -129,6 +134,13 @@ DEPTH_NODE: ParamSpec = {
         "resized back to the image's size; false: at the image's own size",
     ),
     "publish_points": (False, "also publish depth_pred/points (PointCloud2, XYZ, camera frame)"),
+    "mask_border": (
+        [0.0, 0.0, 0.0, 0.0],
+        "top, bottom, left, right: fractions of the image's height (top, bottom) and width "
+        "(left, right) published as NaN (no depth), the margin where a model trained on "
+        "ground truth reprojected from another sensor's view never had a target; each in "
+        "[0, 0.5), all 0 = every pixel",
+    ),
     "status_period": (1.0, "seconds between /diagnostics messages"),
     "queue_size": (2, "frames waiting for inference (drop-oldest)"),
     "reroute": (False, "re-route when the scene drifts (e.g. outdoors -> indoors)"),
@@ -172,10 +184,32 @@ class _Declares(Protocol):
 
 
 def declare_parameters(node: _Declares, spec: ParamSpec) -> dict[str, Any]:
-    """Declare every parameter of ``spec`` on an rclpy node; returns the resolved values."""
-    from rcl_interfaces.msg import ParameterDescriptor
+    """Declare every parameter of ``spec`` on an rclpy node; returns the resolved values.
 
-    return {
-        name: node.declare_parameter(name, default, ParameterDescriptor(description=text)).value
-        for name, (default, text) in spec.items()
-    }
+    An override of another type than the default's (``-p rate:=2`` for a double, ``-p
+    mask_border:=0.1`` for a list) raises NodeConfigError naming the parameter and the type.
+    """
+    from rcl_interfaces.msg import ParameterDescriptor
+    from rclpy.exceptions import InvalidParameterTypeException
+
+    values: dict[str, Any] = {}
+    for name, (default, text) in spec.items():
+        try:
+            declared = node.declare_parameter(name, default, ParameterDescriptor(description=text))
+        except InvalidParameterTypeException as exc:
+            raise NodeConfigError(
+                f"{name} must be written like its default, {_ros_literal(default)} ({exc})"
+            ) from None
+        values[name] = declared.value
+    return values
+
+
+def _ros_literal(value: Any) -> str:
+    """A parameter value as one writes it after ``-p name:=``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_ros_literal(v) for v in value) + "]"
+    return repr(value)

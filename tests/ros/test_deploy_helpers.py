@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from fedepth.data import rosmsg
 from fedepth.models import card_of, create_model, get_state, save_state, save_weights
+from fedepth_ros.depth_node import border_fractions, mask_border
 from fedepth_ros.learner import check_served, model_from_card, model_from_weights, set_threads
 from fedepth_ros.node_common import empty_parameter_message
 
@@ -27,6 +29,32 @@ def test_points_follow_the_pinhole_model() -> None:
     pts = rosmsg.depth_to_points(depth, K)
     assert pts.shape == (5, 8, 3) and np.isnan(pts[0, 0]).all()
     np.testing.assert_allclose(pts[4, 7], [(7 - 3.5) * 2 / 50, (4 - 2.0) * 2 / 40, 2.0], rtol=1e-6)
+
+
+def test_mask_border_blanks_whole_pixels_of_each_side_and_nothing_else() -> None:
+    depth = np.arange(80 * 128, dtype=np.float32).reshape(80, 128)
+    out = mask_border(depth, border_fractions([0.125, 0.1, 0.07, 0.0]))  # 10, 8, 9 (8.96), 0
+    assert np.isnan(out[:10]).all() and np.isnan(out[-8:]).all() and np.isnan(out[:, :9]).all()
+    np.testing.assert_array_equal(out[10:-8, 9:], depth[10:-8, 9:])
+    assert np.isnan(out).sum() == 80 * 128 - 62 * 119
+    assert not np.isnan(depth).any()  # a copy: the model's output is left as it was
+    np.testing.assert_array_equal(mask_border(depth, (0.0, 0.0, 0.0, 0.0)), depth)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ([0.1, 0.1, 0.1], "four numbers (top, bottom, left, right), got 3"),
+        ([0.1, 0.1, -0.1, 0.0], "left must be in [0, 0.5), got -0.1"),
+        (["x", 0, 0, 0], "four numbers"),
+        (0.1, "four numbers"),
+    ],
+)
+def test_mask_border_rejects_what_is_not_four_fractions_below_a_half(
+    value: object, message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        border_fractions(value)
 
 
 def test_threads_and_card_first_models(tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ def stop(proc: subprocess.Popen[str]) -> tuple[int, str]:
     return finish(proc)
 
 
-def test_depth_node_with_a_local_model_publishes_depth_for_every_frame(
+def test_depth_node_with_a_local_model_publishes_depth_for_every_frame_its_border_masked(
     bags: dict[str, Path], ros_env: dict[str, str], listener_factory: Any, tmp_path: Path
 ) -> None:
     weights = tmp_path / "model.safetensors"
@@ -61,6 +61,8 @@ def test_depth_node_with_a_local_model_publishes_depth_for_every_frame(
         "queue_size": N_FRAMES,
         "output_qos": "reliable",  # the listener counts every frame
         "publish_points": "true",
+        # top, bottom, left, right of 48 x 64: 6, 5 and 3 pixels (4.8 and 3.2 rounded), none
+        "mask_border": "[0.125, 0.1, 0.05, 0.0]",
     }
     node = start_node("depth_node", "d", params, ros_env)
     # depth_pred is volatile: play only once this listener is matched with the node
@@ -95,10 +97,13 @@ def test_depth_node_with_a_local_model_publishes_depth_for_every_frame(
     frames = synthetic_frames(N_FRAMES, rate_hz=RATE_HZ)
     preds = [m for _, m in listener.received["/d/depth_pred/image"]]
     assert [rosmsg.stamp_to_ns(m.header.stamp) for m in preds] == [f.stamp_ns for f in frames]
+    inside = np.zeros(frames[0].depth.shape, bool)
+    inside[6:-5, 3:] = True
     for msg in preds:
         depth = rosmsg.image_to_numpy(msg)
         assert msg.encoding == "32FC1" and depth.shape == frames[0].depth.shape
-        assert np.isfinite(depth).all() and depth.min() >= 0.1 and depth.max() <= 10.0
+        assert np.isfinite(depth[inside]).all() and np.isnan(depth[~inside]).all()
+        assert depth[inside].min() >= 0.1 and depth[inside].max() <= 10.0
     info = listener.received["/d/depth_pred/camera_info"][0][1]
     np.testing.assert_array_equal(rosmsg.k_from_camera_info(info), frames[0].K)
     assert info.header == preds[0].header  # the sibling camera_info carries the image header
@@ -219,6 +224,17 @@ def test_robot_node_buffers_pairs_and_reports_status_and_diagnostics(
         ("robot_node", {"buffer_size": 0}, "buffer_size must be >= 1, got 0"),
         ("robot_node", {"coordinator": "nohost"}, "coordinator must be host:port, got 'nohost'"),
         ("depth_node", {"weights": "/nonexistent.safetensors"}, "/nonexistent.safetensors"),
+        (
+            "depth_node",
+            {"mask_border": "[0.5, 0.0, 0.0, 0.0]"},
+            "mask_border: top must be in [0, 0.5), got 0.5",
+        ),
+        (
+            "depth_node",
+            {"mask_border": "0.1"},
+            "mask_border must be written like its default, [0.0, 0.0, 0.0, 0.0] (",
+        ),
+        ("robot_node", {"local_steps": "2.5"}, "local_steps must be written like its default, "),
         # what `-p coordinator:=""` becomes once a shell has eaten the quotes
         ("depth_node", {"coordinator": ""}, "the shell removed the quotes"),
         (
