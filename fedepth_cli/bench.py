@@ -549,9 +549,10 @@ def add_parsers(sub: Any) -> None:
         description="FedAvg and FeDepth on the synthetic HPE scenario (small profile data, a "
         "shorter federation than `fedepth bench --profile small`), client training on every "
         "core (Ray); prints the table and a verdict of FeDepth vs FedAvg with the seed spread "
-        "(this run's with several seeds, else the one measured for this configuration). About "
-        "16 minutes the first time on a 2-core CPU, 9 once the data and the pretrained model "
-        "are cached.",
+        "(this run's with several seeds, else the one measured for this configuration). About 7 "
+        "to 10 minutes the first time on a quiet 2-core AVX512 CPU (data synthesis and "
+        "pretraining included), about 5 once the data and the pretrained model are cached; "
+        "a busy or AVX2-only CPU takes up to twice as long.",
     )
     p.add_argument("--seed", type=int, default=None, help="one seed (default 0)")
     p.add_argument(
