@@ -70,6 +70,29 @@ def window_mask(h: int, w: int, ws: int, shift: int, device: torch.device) -> to
     return mask + pad_w[:, None, :] * _MASKED
 
 
+def single_window(
+    h: int, w: int, ws: int, shift: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """An (h, w) map with h, w <= ``ws`` as ONE window without its padding tokens.
+
+    Returns each token's position (row-major, (h * w,)) in the padded, cyclically shifted
+    ``ws`` x ``ws`` window that :func:`window_partition` would make of it, and the additive mask
+    (1, h * w, h * w) of the shift's regions (``None`` when one region holds every token): the
+    same attention as the padded window's, whose padding keys :func:`window_mask` hides anyway,
+    at a fraction of the cost (the two coarsest NeWCRFs levels of a 64 x 96 input are 2 x 3 and
+    4 x 6 maps in 7 x 7 windows).
+    """
+    rows = torch.arange(h, device=device)
+    cols = torch.arange(w, device=device)
+    positions = (((rows - shift) % ws)[:, None] * ws + ((cols - shift) % ws)[None, :]).flatten()
+    if shift == 0 or (h <= shift and w <= shift):
+        return positions, None
+    # after the roll, rows (columns) below the shift wrap to the window's last region
+    region = ((rows < shift).long()[:, None] * 2 + (cols < shift).long()[None, :]).flatten()
+    mask = (region[:, None] != region[None, :]).float() * _MASKED
+    return positions, mask.unsqueeze(0)
+
+
 class WindowCRFAttention(nn.Module):
     """Window multi-head attention: q, k from features, v from the estimate, relative bias."""
 
@@ -93,13 +116,24 @@ class WindowCRFAttention(nn.Module):
         self.qk = nn.Linear(dim, 2 * dim)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """(B * nW, N, C) windows of features and estimate; ``positions``: the tokens' places
+        in a ``ws`` x ``ws`` window when N is not all of it (:func:`single_window`)."""
         bw, n, c = x.shape
         nh = self.num_heads
         qk = self.qk(x).reshape(bw, n, 2, nh, c // nh).permute(2, 0, 3, 1, 4)
         q, k = qk[0] * self.scale, qk[1]
         attn = q @ k.transpose(-2, -1)  # (bw, nh, N, N)
-        bias = self.relative_position_bias_table[self.relative_position_index.view(-1)]
+        index = self.relative_position_index
+        if positions is not None:
+            index = index[positions][:, positions]
+        bias = self.relative_position_bias_table[index.reshape(-1)]
         attn = attn + bias.view(n, n, nh).permute(2, 0, 1).unsqueeze(0)
         if mask is not None:
             nw = mask.shape[0]
@@ -127,12 +161,23 @@ class CRFBlock(nn.Module):
         hidden = int(dim * mlp_ratio)
         self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
 
-    def forward(self, x: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """``x``, ``v``: (B, H, W, C) features and estimate; ``mask`` from :func:`window_mask`."""
-        h, w = x.shape[1:3]
+    def forward(
+        self,
+        x: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``x``, ``v``: (B, H, W, C) features and estimate; ``mask`` from :func:`window_mask`,
+        or with ``positions`` from :func:`single_window` for a map that fits in one window."""
+        b, h, w, c = x.shape
         ws, s = self.window_size, self.shift
         shortcut = x
         x = self.norm1(x)
+        if positions is not None:
+            out = self.attn(x.reshape(b, h * w, c), v.reshape(b, h * w, c), mask, positions)
+            x = shortcut + out.view(b, h, w, c)
+            return x + self.mlp(self.norm2(x))
         pad_b, pad_r = (-h) % ws, (-w) % ws
         x = F.pad(x, (0, 0, 0, pad_r, 0, pad_b))
         v = F.pad(v, (0, 0, 0, pad_r, 0, pad_b))
@@ -192,13 +237,18 @@ class CRFLevel(nn.Module):
         h, w = x.shape[-2:]
         x = x.permute(0, 2, 3, 1)
         v = v.permute(0, 2, 3, 1)
-        masks: dict[int, torch.Tensor | None] = {}
+        ws = self.window_size
+        layouts: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}
         for blk in self.blocks:
             assert isinstance(blk, CRFBlock)
-            if blk.shift not in masks:
-                masks[blk.shift] = window_mask(h, w, self.window_size, blk.shift, x.device)
-            mask = masks[blk.shift]
-            x = blk(x, v, None if mask is None else mask.to(x.dtype))
+            if blk.shift not in layouts:
+                layouts[blk.shift] = (
+                    single_window(h, w, ws, blk.shift, x.device)
+                    if h <= ws and w <= ws
+                    else (None, window_mask(h, w, ws, blk.shift, x.device))
+                )
+            positions, mask = layouts[blk.shift]
+            x = blk(x, v, None if mask is None else mask.to(x.dtype), positions)
         return self.norm(x).permute(0, 3, 1, 2).contiguous()
 
 

@@ -25,8 +25,9 @@ from fedepth.updates import UpdateBounds
 PRETRAIN_THREADS = 2
 
 #: version of :func:`pretrain`'s recipe, part of the checkpoint cache key: bump it when the
-#: code changes what a pretraining run with the same settings produces
-PRETRAIN_REGIME = 3
+#: code changes what a pretraining run with the same settings produces (4: channels-last
+#: convolution weights and NeWCRFs' one-window coarse levels round differently)
+PRETRAIN_REGIME = 4
 
 _RECIPE = TrainRecipe()
 
@@ -130,15 +131,18 @@ class SimConfig:
         """The LocalTrainer settings of a client round trained with ``seed``."""
         return self.recipe().train_config(seed)
 
+    def model_key(self) -> tuple[Any, ...]:
+        """Every setting :meth:`build_model` reads: equal keys build the same model."""
+        size = (int(self.image_size[0]), int(self.image_size[1]))
+        return (self.model, self.min_depth, self.max_depth, self.variance_focus, size)
+
     def build_model(self) -> DepthModel:
         """The configured model; its card records ``image_size`` as the input size."""
+        name, min_depth, max_depth, variance_focus, size = self.model_key()
         model = create_model(
-            self.model,
-            min_depth=self.min_depth,
-            max_depth=self.max_depth,
-            variance_focus=self.variance_focus,
+            name, min_depth=min_depth, max_depth=max_depth, variance_focus=variance_focus
         )
-        model.input_size = (int(self.image_size[0]), int(self.image_size[1]))
+        model.input_size = size
         return model
 
     def pretrain_key(self) -> str:

@@ -11,7 +11,14 @@ from scipy.fft import dctn, idctn
 
 from fedepth.models import create_model
 from fedepth.models.bins import BinsOutput, PatchTransformer, token_grid
-from fedepth.models.crf import CRFLevel, window_mask, window_partition, window_reverse
+from fedepth.models.crf import (
+    CRFBlock,
+    CRFLevel,
+    single_window,
+    window_mask,
+    window_partition,
+    window_reverse,
+)
 from fedepth.models.dct import (
     DIAGONAL_GROUPS,
     PATCH,
@@ -101,6 +108,41 @@ def test_shifted_window_mask_separates_regions() -> None:
     assert (mask[0] == 0).all()  # the top-left window holds one region only
     assert (mask[3] < 0).any()  # the bottom-right window mixes four rolled regions
     torch.testing.assert_close(mask, mask.transpose(1, 2))
+
+
+@pytest.mark.parametrize("size", [(2, 3), (4, 6), (5, 7), (7, 7), (1, 1)])
+@pytest.mark.parametrize("shift", [0, 3])
+def test_single_window_is_the_padded_window_attention(size: tuple[int, int], shift: int) -> None:
+    # a map that fits in one window: its tokens alone (positions and region mask from
+    # single_window) give what the padded, shifted window gives, outputs and gradients
+    torch.manual_seed(0)
+    block = CRFBlock(16, num_heads=2, window_size=7, shift=shift, mlp_ratio=2.0)
+    torch.nn.init.normal_(block.attn.relative_position_bias_table, std=1.0)  # a bias that matters
+    h, w = size
+    x, v = torch.randn(2, h, w, 16), torch.randn(2, h, w, 16)
+    padded_mask = window_mask(h, w, 7, shift, x.device)
+    positions, mask = single_window(h, w, 7, shift, x.device)
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    padded = block(x1, v, padded_mask)
+    padded_grads = torch.autograd.grad(padded.square().sum(), [x1, *block.parameters()])
+    single = block(x2, v, mask, positions)
+    single_grads = torch.autograd.grad(single.square().sum(), [x2, *block.parameters()])
+    torch.testing.assert_close(single, padded, rtol=1e-5, atol=1e-5)
+    for a, b in zip(single_grads, padded_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_single_window_masks_the_shifted_regions_only() -> None:
+    # 4 x 6 map, window 7, shift 3: rows 0-2 and row 3 fall into different regions, and so
+    # do columns 0-2 and 3-5; unshifted, or when every token lies below the shift, one region
+    assert single_window(4, 6, 7, 0, torch.device("cpu"))[1] is None
+    assert single_window(2, 3, 7, 3, torch.device("cpu"))[1] is None
+    positions, mask = single_window(4, 6, 7, 3, torch.device("cpu"))
+    assert positions.shape == (24,) and len(set(positions.tolist())) == 24
+    assert mask is not None and mask.shape == (1, 24, 24)
+    same = mask[0] == 0
+    assert same[0, 1] and same[0, 6] and not same[0, 3] and not same[0, 18]
+    assert same[18, 20] and not same[18, 23]
 
 
 def test_crf_level_handles_odd_sizes_and_coarse_estimates() -> None:

@@ -156,6 +156,32 @@ def test_set_state_round_trips_numpy() -> None:
     assert all(np.array_equal(sa[k], sb[k]) for k in sa)
 
 
+@pytest.mark.parametrize("name", LITE)
+def test_convolutions_are_channels_last_and_the_layout_stays_out_of_states(name: str) -> None:
+    torch.manual_seed(0)
+    model = create_model(name, min_depth=MIN_DEPTH, max_depth=MAX_DEPTH)
+    convs = [p for p in model.parameters() if p.ndim == 4]
+    assert convs and all(p.is_contiguous(memory_format=torch.channels_last) for p in convs)
+    state = get_state(model)
+    assert all(a.flags.c_contiguous for a in state.values())
+    # loading a state keeps the layout, and the layout does not change what the model computes
+    other = create_model(name, min_depth=MIN_DEPTH, max_depth=MAX_DEPTH)
+    set_state(other, state)
+    assert all(
+        p.is_contiguous(memory_format=torch.channels_last)
+        for p in other.parameters()
+        if p.ndim == 4
+    )
+    plain = create_model(name, min_depth=MIN_DEPTH, max_depth=MAX_DEPTH)
+    plain.to(memory_format=torch.contiguous_format)
+    set_state(plain, state)
+    rgb = _rgb(2, 48, 64)
+    with torch.no_grad():
+        out = model.eval()(rgb)
+        ref = plain.eval()(rgb)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+
+
 def test_weights_errors_name_file_and_tensor(tmp_path: Path) -> None:
     model = create_model("regression-lite")
     state = get_state(model)
