@@ -187,6 +187,19 @@ def test_ray_executor_matches_sequential(scenario: Scenario, fleet: Fleet) -> No
         np.testing.assert_array_equal(par.strategy.model_for(cid)[k], v)
 
 
+def test_a_kept_model_is_rebuilt_when_the_configuration_builds_another() -> None:
+    from fedepth.sim.executors import ModelCache
+
+    cache = ModelCache()
+    model = cache.get(CFG)
+    assert cache.get(replace(CFG, rounds=CFG.rounds + 1, seed=7)) is model  # same model
+    other_size = cache.get(replace(CFG, image_size=(48, 64)))
+    assert other_size is not model and other_size.input_size == (48, 64)
+    other_net = cache.get(replace(CFG, model="newcrfs-lite"))
+    assert other_net.model_name == "newcrfs-lite"
+    assert cache.get(replace(CFG, variance_focus=0.3)).variance_focus == 0.3
+
+
 def test_benchmark_writes_results_report_and_figures(smoke_hpe: Path, tmp_path: Path) -> None:
     spec = BenchSpec(
         scenario="hpe",

@@ -57,6 +57,22 @@ def run_job(config: SimConfig, job: ClientJob, model: DepthModel | None = None) 
     )
 
 
+class ModelCache:
+    """One model, built for a configuration and kept while the configuration builds the same
+    model (:meth:`SimConfig.model_key`): building newcrfs-lite costs about 90 ms, a tenth of a
+    10-step job, and a job loads every weight and buffer before training, so a reused model
+    gives the same result as a new one."""
+
+    def __init__(self) -> None:
+        self._entry: tuple[tuple[Any, ...], DepthModel] | None = None
+
+    def get(self, config: SimConfig) -> DepthModel:
+        key = config.model_key()
+        if self._entry is None or self._entry[0] != key:
+            self._entry = (key, config.build_model())
+        return self._entry[1]
+
+
 class Executor(Protocol):
     """Runs a round's client jobs; results in the order of the jobs."""
 
@@ -69,20 +85,19 @@ class SequentialExecutor:
     """Client jobs one after another in this process, reusing one model instance."""
 
     def __init__(self) -> None:
-        self._model: tuple[tuple[Any, ...], DepthModel] | None = None
+        self._model = ModelCache()
 
     def map(self, config: SimConfig, jobs: Sequence[ClientJob]) -> list[JobResult]:
-        if self._model is None or self._model[0] != config.model_key():
-            self._model = (config.model_key(), config.build_model())
+        model = self._model.get(config)
         before = torch.get_num_threads()
         torch.set_num_threads(config.threads)
         try:
-            return [run_job(config, job, self._model[1]) for job in jobs]
+            return [run_job(config, job, model) for job in jobs]
         finally:
             torch.set_num_threads(before)
 
     def close(self) -> None:
-        self._model = None
+        self._model = ModelCache()
 
 
 class RayExecutor:
@@ -121,22 +136,13 @@ class RayExecutor:
 
 
 #: A Ray worker's model, kept across the jobs it runs (as :class:`SequentialExecutor` keeps
-#: its one): building newcrfs-lite costs about 90 ms, a tenth of a 10-step job, and a job loads
-#: every weight and buffer before training, so a reused model gives the same result.
-_WORKER_MODEL: tuple[tuple[Any, ...], DepthModel] | None = None
-
-
-def _worker_model(config: SimConfig) -> DepthModel:
-    global _WORKER_MODEL
-    key = config.model_key()
-    if _WORKER_MODEL is None or _WORKER_MODEL[0] != key:
-        _WORKER_MODEL = (key, config.build_model())
-    return _WORKER_MODEL[1]
+#: its one).
+_WORKER_MODEL = ModelCache()
 
 
 def _ray_job(config: SimConfig, job: ClientJob) -> JobResult:
     torch.set_num_threads(config.threads)
-    return run_job(config, job, _worker_model(config))
+    return run_job(config, job, _WORKER_MODEL.get(config))
 
 
 def make_executor(name: str, **kwargs: Any) -> Executor:
