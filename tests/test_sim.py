@@ -197,6 +197,8 @@ def test_a_kept_model_is_rebuilt_when_the_configuration_builds_another() -> None
     assert other_size is not model and other_size.input_size == (48, 64)
     other_net = cache.get(replace(CFG, model="newcrfs-lite"))
     assert other_net.model_name == "newcrfs-lite"
+    base = cache.get(CFG)  # from CFG alone, so only the loss's variance focus differs next
+    assert base.variance_focus != 0.3
     assert cache.get(replace(CFG, variance_focus=0.3)).variance_focus == 0.3
 
 
