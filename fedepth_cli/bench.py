@@ -200,12 +200,14 @@ def _bench_spec(
         args.scenario,
         args.profile,
         model=args.backbone,
+        encoder_init=args.encoder_init,
         seed=seeds[0],
         rounds=args.rounds,
         local_steps=args.local_steps,
         lr=args.lr,
         round_schedule=args.round_schedule,
         descriptor_layers=args.descriptor_layers,
+        descriptor_encoder=args.descriptor_encoder,
         image_size=_size(args.image_size),
         pretrain_steps=args.pretrain_steps,
         pretrain_threads=args.pretrain_threads,
@@ -279,6 +281,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             "--descriptor-layers deepest: the robots of --transport grpc describe their data "
             "with the default (shallow) maps; use the in-process transport"
         )
+    if spec.transport == "grpc" and spec.sim.descriptor_encoder != "model":
+        raise CliError(
+            "--descriptor-encoder imagenet: the robots of --transport grpc describe their data "
+            "with the served model's encoder; use the in-process transport"
+        )
     if spec.transport == "grpc" and spec.executor != "sequential":
         raise CliError(
             "--transport grpc trains in one process per robot; --executor does not apply"
@@ -325,6 +332,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         args.scenario,
         args.profile,
         model=args.backbone,
+        encoder_init=args.encoder_init,
         seed=args.seed,
         image_size=_size(args.image_size),
         pretrain_steps=args.steps,
@@ -400,6 +408,12 @@ def _bench_args(q: argparse.ArgumentParser) -> None:
         "--backbone",
         default="newcrfs-lite",
         help="model name (default: newcrfs-lite; see docs/models.md)",
+    )
+    q.add_argument(
+        "--encoder-init",
+        choices=("imagenet", "random"),
+        help="how the encoder's weights begin before pretraining: torchvision's ImageNet "
+        "checkpoint (default; `fedepth weights` lists them) or random (the ablation)",
     )
     q.add_argument(
         "--seed",
@@ -493,6 +507,13 @@ def add_parsers(sub: Any) -> None:
         help="encoder maps the client descriptor pools: shallow (default: every map of stride "
         "<= 8) or deepest (the deepest map alone); robots always describe with the default, "
         "so deepest needs the in-process transport",
+    )
+    p.add_argument(
+        "--descriptor-encoder",
+        choices=("model", "imagenet"),  # fedepth.sim.config.DESCRIPTOR_ENCODERS
+        help="whose encoder the descriptor reads: model (default: the initial checkpoint's, "
+        "pretrained for depth) or imagenet (the frozen ImageNet encoder alone); robots describe "
+        "with the model's, so imagenet needs the in-process transport",
     )
     p.add_argument(
         "--method-param",

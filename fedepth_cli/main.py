@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from fedepth import __version__
-from fedepth_cli import bag, bench, cluster, data, fleet
+from fedepth_cli import bag, bench, cluster, data, fleet, weights
 from fedepth_cli.errors import CliError
 
 
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_parsers(sub)
     bag.add_parsers(sub)
     fleet.add_parsers(sub)
+    weights.add_parsers(sub)
     return parser
 
 

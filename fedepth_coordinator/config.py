@@ -176,6 +176,9 @@ class ModelConfig:
     #: benchmark's backbone); null: the synthetic test model below (no depth network). The card
     #: of ``initial_weights`` wins over it.
     name: str | None = "newcrfs-lite"
+    #: how a fresh model's encoder begins: "imagenet" (torchvision's checkpoint, found and
+    #: verified on disk; `fedepth weights` lists them) or "random" (a weights file's card wins).
+    encoder_init: str = "imagenet"
     #: metric depth range of a fresh model (a weights file's card wins).
     min_depth: float = FLEET.min_depth
     max_depth: float = FLEET.max_depth
@@ -352,6 +355,11 @@ def _check(c: CoordinatorConfig) -> None:
         0 < c.model.min_depth < c.model.max_depth,
         "model",
         f"need 0 < min_depth < max_depth, got {c.model.min_depth} and {c.model.max_depth}",
+    )
+    need(
+        c.model.encoder_init in ("imagenet", "random"),
+        "model.encoder_init",
+        f"must be imagenet or random, got {c.model.encoder_init!r}",
     )
     if c.model.name is not None:
         from fedepth.models import list_models

@@ -74,7 +74,12 @@ def initial_model(cfg: ModelConfig, input_size: tuple[int, int] | None = None) -
         state = dict(load_file(str(path)))
         if card is None and cfg.name is not None:
             # weights from before cards: they must load into the named model
-            model = create_model(cfg.name, min_depth=cfg.min_depth, max_depth=cfg.max_depth)
+            model = create_model(
+                cfg.name,
+                min_depth=cfg.min_depth,
+                max_depth=cfg.max_depth,
+                encoder_init=cfg.encoder_init,
+            )
             try:
                 set_state(model, state, source=str(path))
             except ValueError as exc:
@@ -96,7 +101,12 @@ def initial_model(cfg: ModelConfig, input_size: tuple[int, int] | None = None) -
         return InitialModel(state, card, f"weights file {path}")
     if cfg.name is not None:
         torch.manual_seed(cfg.seed)
-        model = create_model(cfg.name, min_depth=cfg.min_depth, max_depth=cfg.max_depth)
+        model = create_model(
+            cfg.name,
+            min_depth=cfg.min_depth,
+            max_depth=cfg.max_depth,
+            encoder_init=cfg.encoder_init,
+        )
         card = card_of(model, input_size=input_size)
         return InitialModel(get_state(model), card, f"a FRESH (untrained) model, seed {cfg.seed}")
     s = cfg.synthetic

@@ -24,7 +24,15 @@ from fedepth.clustering import subspace_basis
 from fedepth.data.sequence import Frame
 from fedepth.data.torchdata import descriptor_rgb, resize_rgb
 from fedepth.descriptor import Descriptor, DescriptorExtractor, gem_descriptor, image_to_tensor
-from fedepth.models import DepthModel, ModelCard, card_of, load_model, read_card, set_state
+from fedepth.models import (
+    CheckpointError,
+    DepthModel,
+    ModelCard,
+    card_of,
+    load_model,
+    read_card,
+    set_state,
+)
 from fedepth.models.state import State
 from fedepth.recipe import TrainRecipe
 from fedepth.strategies import ClientUpdate, TrainTask
@@ -69,13 +77,19 @@ def model_from_weights(weights: str) -> DepthModel:
 
 
 def model_from_card(card_json: str | None, source: str) -> DepthModel:
-    """A fresh model as the served card (JSON) describes it; ValueError without a card."""
+    """A fresh model as the served card (JSON) describes it; a one-line ValueError without a
+    card, or when the card's encoder checkpoint is missing or different here (the node
+    refuses a model it cannot reproduce)."""
     if not card_json:
         raise ValueError(
             f"{source} serves a model without a card (the synthetic test model): no depth "
             "network can be built from it; serve a registry model (model.name) or set weights"
         )
-    model = ModelCard.from_json(card_json, source).build()
+    card = ModelCard.from_json(card_json, source)
+    try:
+        model = card.build()
+    except CheckpointError as exc:
+        raise CheckpointError(f"{source} serves {card.describe()}, refused here: {exc}") from None
     assert isinstance(model, DepthModel)
     return model
 

@@ -545,6 +545,58 @@ def test_the_descriptor_pools_the_shallow_maps_unless_told_and_an_older_out_does
     assert err.count("\n") == 1 and "use the in-process transport" in err
 
 
+def test_the_imagenet_descriptor_reads_the_frozen_imagenet_encoder_not_the_checkpoint(
+    smoke_hpe: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fedepth.bench import FleetSummary
+
+    # an initial checkpoint whose encoder moved away from ImageNet's (as pretraining moves it)
+    trained = initial_model(CFG)
+    with torch.no_grad():
+        for p in trained.encoder.parameters():
+            p.mul_(1.5)
+    weights = tmp_path / "moved.safetensors"
+    save_weights(trained, weights)
+    means = {}
+    for reading in ("model", "imagenet"):
+        out = tmp_path / reading
+        spec = BenchSpec(
+            scenario="hpe",
+            profile="smoke",
+            methods=("fedavg",),
+            out=out,
+            sim=replace(CFG, rounds=1, last_rounds=1, descriptor_encoder=reading),
+            data_dir=smoke_hpe,
+            weights=weights,
+            progress=False,
+        )
+        run_benchmark(spec, echo=lambda _: None)
+        fleet = FleetSummary.load(out / "state" / "seed0")
+        assert fleet is not None
+        means[reading] = fleet.means
+    # the descriptor of the first client under the ImageNet encoder alone, computed here
+    from fedepth.data.scenario import load_scenario
+    from fedepth.models.base import FeatureExtractor
+    from fedepth.sim import prepare_fleet
+
+    scenario = load_scenario(smoke_hpe)
+    try:
+        sim = replace(CFG, descriptor_encoder="imagenet")
+        imagenet = FeatureExtractor.imagenet("mobilenet_v2")
+        own = prepare_fleet(scenario, imagenet, sim, progress=False)
+    finally:
+        scenario.close()
+    first = own.infos[0].descriptor
+    assert first is not None
+    np.testing.assert_allclose(means["imagenet"][0], first.mean, rtol=1e-6)
+    assert not np.allclose(means["imagenet"], means["model"])
+    # the robots of the gRPC transport describe with the served model's encoder
+    args = ("--descriptor-encoder", "imagenet", "--transport", "grpc", "--executor", "sequential")
+    assert _bench_cli(tmp_path / "grpc", smoke_hpe, weights, *args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "use the in-process transport" in err
+
+
 def test_an_out_with_unreadable_or_missing_settings_is_refused(tmp_path: Path) -> None:
     spec = BenchSpec("hpe", "smoke", ("fedavg",), tmp_path / "out", CFG, progress=False)
     check_out(spec)  # nothing there yet

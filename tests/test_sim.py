@@ -200,6 +200,21 @@ def test_a_kept_model_is_rebuilt_when_the_configuration_builds_another() -> None
     base = cache.get(CFG)  # from CFG alone, so only the loss's variance focus differs next
     assert base.variance_focus != 0.3
     assert cache.get(replace(CFG, variance_focus=0.3)).variance_focus == 0.3
+    assert base.encoder.init == "imagenet"  # the default start
+    random = cache.get(replace(CFG, encoder_init="random"))
+    assert random is not base and random.encoder.init == "random"
+
+
+def test_the_encoder_start_is_a_setting_of_the_run_and_of_its_checkpoint() -> None:
+    assert CFG.encoder_init == "imagenet" and CFG.build_model().encoder.checkpoint is not None
+    random = replace(CFG, encoder_init="random")
+    assert random.build_model().encoder.checkpoint is None
+    assert random.pretrain_key() != CFG.pretrain_key()
+    assert random.model_key() != CFG.model_key()
+    with pytest.raises(ValueError, match="encoder_init must be one of imagenet, random"):
+        replace(CFG, encoder_init="pretrained")
+    with pytest.raises(ValueError, match="descriptor_encoder must be one of model, imagenet"):
+        replace(CFG, descriptor_encoder="swin")
 
 
 def test_benchmark_writes_results_report_and_figures(smoke_hpe: Path, tmp_path: Path) -> None:

@@ -82,6 +82,8 @@ ADDED_SETTINGS: dict[str, Any] = {
     "max_update_norm": None,
     "max_group_norms": {},
     "descriptor_layers": "deepest",
+    "encoder_init": "random",
+    "descriptor_encoder": "model",
 }
 
 

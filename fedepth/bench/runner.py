@@ -28,6 +28,7 @@ from fedepth.bench.report import render_report
 from fedepth.bench.spec import BenchSpec, sweep_name
 from fedepth.data.scenario import load_scenario
 from fedepth.models import get_state
+from fedepth.models.base import FeatureExtractor
 from fedepth.runstate import (
     RunCheckpoint,
     load_finished,
@@ -158,7 +159,12 @@ class _Bench:
             digest = weights_sha256(weights)
             self.check_same_start(seed, weights, digest)
             model = initial_model(spec.sim, str(weights))
-            fleet = prepare_fleet(scenario, model, spec.sim, progress=spec.progress)
+            describer = (
+                FeatureExtractor.imagenet(model.encoder.name)
+                if spec.sim.descriptor_encoder == "imagenet"
+                else model
+            )
+            fleet = prepare_fleet(scenario, describer, spec.sim, progress=spec.progress)
             self.fleets[seed] = FleetSummary.of(fleet, root, weights, digest)
             self.fleets[seed].save(sdir)
             if not todo:

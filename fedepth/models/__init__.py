@@ -15,9 +15,10 @@ from fedepth.models.card import (
     load_model,
     read_card,
 )
+from fedepth.models.checkpoints import CheckpointError
 from fedepth.models.dct import DCTOutput
 from fedepth.models.encoders import Encoder, list_encoders
-from fedepth.models.registry import create_model, list_models, register_model
+from fedepth.models.registry import create_model, default_encoder, list_models, register_model
 from fedepth.models.state import (
     buffer_names,
     get_state,
@@ -32,6 +33,7 @@ from fedepth.models.state import (
 __all__ = [
     "BinsOutput",
     "CardMismatchError",
+    "CheckpointError",
     "DCTOutput",
     "DepthModel",
     "DepthOutput",
@@ -44,6 +46,7 @@ __all__ = [
     "create_model",
     "crf",
     "dct",
+    "default_encoder",
     "get_state",
     "list_encoders",
     "list_models",

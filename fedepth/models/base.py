@@ -47,37 +47,32 @@ class DepthOutput:
     depth: torch.Tensor
 
 
-class DepthModel(nn.Module):
-    """Base class of all registered models: an :class:`Encoder` plus a depth head.
+class FeatureExtractor(nn.Module):
+    """An :class:`Encoder` behind ImageNet normalisation: the maps a descriptor pools.
 
-    Subclasses implement :meth:`forward_train` and, when the head adds loss terms, :meth:`loss`.
+    Alone it is the frozen ImageNet encoder a robot can describe its data with before it holds
+    any depth model (:meth:`imagenet`); :class:`DepthModel` adds a depth head to it.
     """
 
-    model_name: str
-    model_config: dict[str, Any]
-    #: (height, width) the weights were trained at, recorded on the model card; None: unknown
-    input_size: tuple[int, int] | None
     _mean: torch.Tensor
     _std: torch.Tensor
 
-    def __init__(
-        self, *, encoder: Encoder, min_depth: float, max_depth: float, variance_focus: float = 0.85
-    ) -> None:
+    def __init__(self, encoder: Encoder) -> None:
         super().__init__()
-        if not 0 < min_depth < max_depth:
-            raise ValueError(f"need 0 < min_depth < max_depth, got {min_depth} and {max_depth}")
         self.encoder = encoder
-        self.min_depth = float(min_depth)
-        self.max_depth = float(max_depth)
-        self.variance_focus = float(variance_focus)
-        self.model_name = type(self).__name__
-        self.model_config = {}
-        self.input_size = None
         # Constants, not state: non-persistent, so they never enter a federated state.
         self.register_buffer(
             "_mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False
         )
         self.register_buffer("_std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
+
+    @classmethod
+    def imagenet(cls, encoder: str) -> FeatureExtractor:
+        """The frozen ImageNet encoder ``encoder`` (torchvision's checkpoint, verified), in
+        eval mode with no parameter requiring gradients."""
+        out = cls(Encoder(encoder, init="imagenet")).eval()
+        out.requires_grad_(False)
+        return out
 
     def normalize(self, rgb: torch.Tensor) -> torch.Tensor:
         """Check an RGB batch in [0, 1] and apply ImageNet normalisation."""
@@ -107,6 +102,31 @@ class DepthModel(nn.Module):
         return [
             F.relu(m) for m, r in zip(maps, strides, strict=True) if r <= DESCRIPTOR_MAX_STRIDE
         ]
+
+
+class DepthModel(FeatureExtractor):
+    """Base class of all registered models: an :class:`Encoder` plus a depth head.
+
+    Subclasses implement :meth:`forward_train` and, when the head adds loss terms, :meth:`loss`.
+    """
+
+    model_name: str
+    model_config: dict[str, Any]
+    #: (height, width) the weights were trained at, recorded on the model card; None: unknown
+    input_size: tuple[int, int] | None
+
+    def __init__(
+        self, *, encoder: Encoder, min_depth: float, max_depth: float, variance_focus: float = 0.85
+    ) -> None:
+        super().__init__(encoder)
+        if not 0 < min_depth < max_depth:
+            raise ValueError(f"need 0 < min_depth < max_depth, got {min_depth} and {max_depth}")
+        self.min_depth = float(min_depth)
+        self.max_depth = float(max_depth)
+        self.variance_focus = float(variance_focus)
+        self.model_name = type(self).__name__
+        self.model_config = {}
+        self.input_size = None
 
     def forward_train(self, rgb: torch.Tensor) -> DepthOutput:
         """Depth and the auxiliaries of this head's loss."""

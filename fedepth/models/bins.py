@@ -247,15 +247,16 @@ def adabins_lite(
     *,
     min_depth: float,
     max_depth: float,
-    encoder: str = "efficientnet_b0",
+    encoder: str = "mobilenet_v2",
+    encoder_init: str = "imagenet",
     encoder_weights: str | Path | None = None,
     n_bins: int = 128,
     n_queries: int = 32,
     patch_size: int = 8,
 ) -> AdaBins:
-    """CPU AdaBins: EfficientNet-B0 encoder, 128 bins, 32 queries, 32-d mini-ViT."""
+    """CPU AdaBins: MobileNetV2 encoder (ImageNet start), 128 bins, 32 queries, 32-d mini-ViT."""
     return AdaBins(
-        encoder=Encoder(encoder, weights=encoder_weights),
+        encoder=Encoder(encoder, init=encoder_init, weights=encoder_weights),
         min_depth=min_depth,
         max_depth=max_depth,
         n_bins=n_bins,
@@ -276,6 +277,7 @@ def adabins(
     min_depth: float,
     max_depth: float,
     encoder: str = "efficientnet_b5",
+    encoder_init: str = "imagenet",
     encoder_weights: str | Path | None = None,
     n_bins: int = 256,
     n_queries: int = 128,
@@ -283,7 +285,7 @@ def adabins(
 ) -> AdaBins:
     """Paper AdaBins: EfficientNet-B5 encoder, 2048-wide decoder, 256 bins, 128 queries."""
     return AdaBins(
-        encoder=Encoder(encoder, weights=encoder_weights),
+        encoder=Encoder(encoder, init=encoder_init, weights=encoder_weights),
         min_depth=min_depth,
         max_depth=max_depth,
         n_bins=n_bins,

@@ -1,11 +1,12 @@
 """The model card every weights file carries: what a checkpoint is and how it must be used.
 
-A :class:`ModelCard` names the registry model and its configuration, the metric depth range,
-the input size it was trained at, the input normalisation and the fedepth version that wrote
-it. :func:`fedepth.models.save_weights` stores it in the safetensors metadata (key
-``fedepth.card``, JSON); :func:`fedepth.models.load_weights` checks it against the model being
-loaded, and :func:`load_model` builds the model FROM the card, so no separate model name or
-depth range has to be kept in step with a weights file.
+A :class:`ModelCard` names the registry model and its configuration (encoder and how its
+weights began, ``encoder_init``), the ImageNet checkpoint the encoder started from (file name and
+SHA-256), the metric depth range, the input size it was trained at, the input normalisation and
+the fedepth version that wrote it. :func:`fedepth.models.save_weights` stores it in the
+safetensors metadata (key ``fedepth.card``, JSON); :func:`fedepth.models.load_weights` checks
+it against the model being loaded, and :func:`load_model` builds the model FROM the card, so no
+separate model name or depth range has to be kept in step with a weights file.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,18 @@ log = logging.getLogger(__name__)
 CARD_KEY = "fedepth.card"
 #: Factory arguments that only say how to initialise, not what the model is (not compared).
 _INIT_ONLY = ("encoder_weights", "min_depth", "max_depth")
+#: the encoders of the lite families before they started from ImageNet: a card written then
+#: names neither its encoder nor its start (both were these defaults, from random weights)
+_LEGACY_ENCODERS = {
+    "regression-lite": "mobilenet_v3_large",
+    "adabins-lite": "efficientnet_b0",
+    "newcrfs-lite": "mobilenet_v3_large",
+    "dcdepth-lite": "mobilenet_v3_large",
+    "regression": "resnet50",
+    "adabins": "efficientnet_b5",
+    "newcrfs": "swin_b",
+    "dcdepth": "swin_b",
+}
 
 
 class CardMismatchError(ValueError):
@@ -63,12 +76,18 @@ class ModelCard:
     #: what ``forward`` expects; the models normalise internally with this mean / std
     normalization: Mapping[str, Any] = field(default_factory=_norm)
     fedepth_version: str = field(default_factory=_version)
+    #: the ImageNet checkpoint the encoder started from (``{"file": ..., "sha256": ...}``);
+    #: None: a random start. :meth:`build` needs the same file on this machine.
+    encoder_checkpoint: Mapping[str, str] | None = None
 
     def to_json(self) -> str:
         d = asdict(self)
         d["config"] = dict(self.config)
         d["normalization"] = dict(self.normalization)
         d["input_size"] = None if self.input_size is None else list(self.input_size)
+        d["encoder_checkpoint"] = (
+            None if self.encoder_checkpoint is None else dict(self.encoder_checkpoint)
+        )
         return json.dumps(d, sort_keys=True, default=str)
 
     @classmethod
@@ -77,6 +96,7 @@ class ModelCard:
         try:
             d = json.loads(text)
             size = d.get("input_size")
+            ckpt = d.get("encoder_checkpoint")
             return cls(
                 model=str(d["model"]),
                 config=dict(d.get("config") or {}),
@@ -85,6 +105,9 @@ class ModelCard:
                 input_size=None if size is None else (int(size[0]), int(size[1])),
                 normalization=dict(d.get("normalization") or _norm()),
                 fedepth_version=str(d.get("fedepth_version", "")),
+                encoder_checkpoint=None
+                if ckpt is None
+                else {"file": str(ckpt["file"]), "sha256": str(ckpt["sha256"])},
             )
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             raise ValueError(f"{source}: malformed model card ({exc!r})") from None
@@ -111,7 +134,11 @@ class ModelCard:
         return out
 
     def build(self) -> nn.Module:
-        """A fresh registry model as this card describes it (no weights loaded)."""
+        """A fresh registry model as this card describes it (no weights loaded).
+
+        An ImageNet start needs the card's checkpoint here too: a missing or altered one raises
+        :class:`~fedepth.models.checkpoints.CheckpointError` naming it, and nothing is built.
+        """
         from fedepth.models.registry import create_model
 
         model = create_model(
@@ -120,8 +147,35 @@ class ModelCard:
             max_depth=self.max_depth,
             **_identity(self.config),
         )
+        if self.encoder_checkpoint is not None:
+            found = model.encoder.checkpoint
+            want = self.encoder_checkpoint
+            have = (
+                None if found is None else {"file": found.checkpoint.file, "sha256": found.sha256}
+            )
+            if have != {"file": want.get("file"), "sha256": want.get("sha256")}:
+                from fedepth.models.checkpoints import CheckpointError
+
+                raise CheckpointError(
+                    f"the model card names encoder checkpoint {want.get('file')!r} (SHA-256 "
+                    f"{str(want.get('sha256'))[:12]}), but this machine starts "
+                    f"{self.config.get('encoder')} from "
+                    + ("nothing" if have is None else f"{have['file']!r}")
+                    + ": install the card's checkpoint or use weights made with this one"
+                )
         model.input_size = self.input_size
         return model
+
+
+def _upgrade(card: ModelCard) -> ModelCard:
+    """A weights file's card with the encoder and its start spelled out: a file written before
+    ImageNet starts names neither (its encoder was the model's old default, from random)."""
+    if "encoder_init" in card.config:
+        return card
+    config = {**card.config, "encoder_init": "random"}
+    if "encoder" not in config and card.model in _LEGACY_ENCODERS:
+        config["encoder"] = _LEGACY_ENCODERS[card.model]
+    return replace(card, config=config)
 
 
 def _ms(norm: Mapping[str, Any]) -> dict[str, Any]:
@@ -130,11 +184,6 @@ def _ms(norm: Mapping[str, Any]) -> dict[str, Any]:
 
 def _identity(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k not in _INIT_ONLY}
-
-
-def _attr_or(model: Any, config: Mapping[str, Any], name: str, default: float) -> Any:
-    """The model's attribute ``name``, else its configuration's, else ``default``."""
-    return getattr(model, name, None) or config.get(name, default)
 
 
 def card_of(model: nn.Module, *, input_size: tuple[int, int] | None = None) -> ModelCard:
@@ -147,6 +196,7 @@ def card_of(model: nn.Module, *, input_size: tuple[int, int] | None = None) -> M
     mean = getattr(model, "_mean", None)
     std = getattr(model, "_std", None)
     norm = _norm() if mean is None or std is None else _norm(mean.flatten(), std.flatten())
+    found = getattr(getattr(model, "encoder", None), "checkpoint", None)
     return ModelCard(
         model=str(name),
         config=json.loads(json.dumps(_identity(config), default=str)),
@@ -158,6 +208,9 @@ def card_of(model: nn.Module, *, input_size: tuple[int, int] | None = None) -> M
         ),
         input_size=None if size is None else (int(size[0]), int(size[1])),
         normalization=norm,
+        encoder_checkpoint=None
+        if found is None
+        else {"file": found.checkpoint.file, "sha256": str(found.sha256)},
     )
 
 
@@ -194,9 +247,10 @@ def read_metadata(path: str | Path) -> dict[str, str]:
 
 
 def card_from_metadata(metadata: Mapping[str, str], source: str) -> ModelCard | None:
-    """The card in a file's metadata, None when it has none."""
+    """The card in a file's metadata, None when it has none (a file from before ImageNet
+    starts gets its encoder and ``encoder_init: random`` spelled out)."""
     text = metadata.get(CARD_KEY)
-    return None if text is None else ModelCard.from_json(text, source)
+    return None if text is None else _upgrade(ModelCard.from_json(text, source))
 
 
 def read_card(path: str | Path) -> ModelCard | None:

@@ -351,13 +351,14 @@ def newcrfs_lite(
     *,
     min_depth: float,
     max_depth: float,
-    encoder: str = "mobilenet_v3_large",
+    encoder: str = "mobilenet_v2",
+    encoder_init: str = "imagenet",
     encoder_weights: str | Path | None = None,
     window_size: int = 7,
 ) -> NeWCRFs:
-    """CPU NeWCRFs: MobileNetV3-Large encoder, CRF widths 24..192, 1x1 feature projections."""
+    """CPU NeWCRFs: MobileNetV2 encoder (ImageNet start), CRF widths 24..192, 1x1 projections."""
     return NeWCRFs(
-        encoder=Encoder(encoder, weights=encoder_weights),
+        encoder=Encoder(encoder, init=encoder_init, weights=encoder_weights),
         min_depth=min_depth,
         max_depth=max_depth,
         crf_dims=(24, 48, 96, 192),
@@ -375,12 +376,13 @@ def newcrfs(
     min_depth: float,
     max_depth: float,
     encoder: str = "swin_b",
+    encoder_init: str = "imagenet",
     encoder_weights: str | Path | None = None,
     window_size: int = 7,
 ) -> NeWCRFs:
     """Paper NeWCRFs: Swin-B encoder (torchvision), CRF widths 128..1024, PPM 512."""
     return NeWCRFs(
-        encoder=Encoder(encoder, weights=encoder_weights),
+        encoder=Encoder(encoder, init=encoder_init, weights=encoder_weights),
         min_depth=min_depth,
         max_depth=max_depth,
         window_size=window_size,

@@ -361,17 +361,18 @@ def dcdepth_lite(
     *,
     min_depth: float,
     max_depth: float,
-    encoder: str = "mobilenet_v3_large",
+    encoder: str = "mobilenet_v2",
+    encoder_init: str = "imagenet",
     encoder_weights: str | Path | None = None,
     window_size: int = 7,
 ) -> DCDepth:
-    """CPU DCDepth: MobileNetV3-Large encoder, 32-d GRU on the stride-8 grid, CRF widths to 192.
+    """CPU DCDepth: MobileNetV2 encoder (ImageNet start), 32-d GRU on the stride-8 grid, CRF 192.
 
     The step heads are plain 3x3 convs (no per-step pyramid pooling) to stay within the CPU
     frame budget.
     """
     return DCDepth(
-        encoder=Encoder(encoder, weights=encoder_weights),
+        encoder=Encoder(encoder, init=encoder_init, weights=encoder_weights),
         min_depth=min_depth,
         max_depth=max_depth,
         crf_dims=(32, 96, 192),
@@ -391,12 +392,13 @@ def dcdepth(
     min_depth: float,
     max_depth: float,
     encoder: str = "swin_b",
+    encoder_init: str = "imagenet",
     encoder_weights: str | Path | None = None,
     window_size: int = 7,
 ) -> DCDepth:
     """Paper DCDepth: Swin-B encoder (torchvision's closest to the paper's Swin-L), GRU 192-d."""
     return DCDepth(
-        encoder=Encoder(encoder, weights=encoder_weights),
+        encoder=Encoder(encoder, init=encoder_init, weights=encoder_weights),
         min_depth=min_depth,
         max_depth=max_depth,
         window_size=window_size,

@@ -1,8 +1,9 @@
 """torchvision encoders as multi-scale feature extractors (``create_feature_extractor``).
 
-Weights never download: every torchvision model is built with ``weights=None`` and, when a local
-file is given, loaded strictly from it (a safetensors file, or a plain ``state_dict`` file read
-with ``torch.load(weights_only=True)``, e.g. torchvision's own ImageNet checkpoints).
+Weights never download: every torchvision model is built with ``weights=None`` and, for an
+ImageNet start, loaded strictly from torchvision's own checkpoint file found and verified on disk
+by :mod:`fedepth.models.checkpoints` (a plain ``state_dict`` file read with
+``torch.load(weights_only=True)``, or safetensors).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from fedepth.models.checkpoints import ENCODER_INITS, Found, resolve
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,12 @@ ENCODERS: dict[str, EncoderSpec] = {
     "resnet18": EncoderSpec(_RESNET_NODES, (64, 64, 128, 256, 512), _CNN_STRIDES),
     "resnet34": EncoderSpec(_RESNET_NODES, (64, 64, 128, 256, 512), _CNN_STRIDES),
     "resnet50": EncoderSpec(_RESNET_NODES, (64, 256, 512, 1024, 2048), _CNN_STRIDES),
+    # MobileNetV2: the last block of each stride; features.18 is the 1x1 conv to 1280 channels
+    "mobilenet_v2": EncoderSpec(
+        ("features.1", "features.3", "features.6", "features.13", "features.18"),
+        (16, 24, 32, 96, 1280),
+        _CNN_STRIDES,
+    ),
     "mobilenet_v3_large": EncoderSpec(
         ("features.1", "features.3", "features.6", "features.12", "features.16"),
         (16, 24, 40, 112, 960),
@@ -99,15 +108,29 @@ class Encoder(nn.Module):
     """A torchvision backbone returning its multi-scale feature maps, shallow to deep, NCHW.
 
     Input is an ImageNet-normalised (B, 3, H, W) batch. ``channels`` and ``reductions`` (stride of
-    each map relative to the input) describe the outputs. ``weights`` is an optional local file
-    holding the *whole* torchvision model's ``state_dict`` (classifier included), loaded strictly.
+    each map relative to the input) describe the outputs. ``init`` is how the weights begin:
+    ``"random"`` (torch's initialisation, under the caller's seed) or ``"imagenet"``:
+    torchvision's ImageNet checkpoint of the *whole* model (classifier included), at ``weights``
+    when given, else where :func:`fedepth.models.checkpoints.find` finds it, verified by the hash
+    in its name and loaded strictly (``checkpoint`` then records what was loaded).
     """
 
-    def __init__(self, name: str, *, weights: str | Path | None = None) -> None:
+    def __init__(
+        self, name: str, *, init: str = "random", weights: str | Path | None = None
+    ) -> None:
         super().__init__()
         if name not in ENCODERS:
             raise KeyError(
                 f"unknown encoder {name!r}; known encoders: {', '.join(list_encoders())}"
+            )
+        if init not in ENCODER_INITS:
+            raise ValueError(
+                f"encoder_init must be one of {', '.join(ENCODER_INITS)}, got {init!r}"
+            )
+        if weights is not None and init != "imagenet":
+            raise ValueError(
+                f"encoder_weights {str(weights)!r} is an ImageNet checkpoint: it needs "
+                f"encoder_init: imagenet, not {init!r}"
             )
         # torchvision is imported here, not at module level: it pulls in torch._dynamo (seconds
         # of start-up) that processes only aggregating weights, like the coordinator, never need
@@ -116,9 +139,14 @@ class Encoder(nn.Module):
 
         spec = ENCODERS[name]
         backbone: nn.Module = getattr(torchvision.models, name)(weights=None)
-        if weights is not None:
-            load_module_strict(backbone, read_state_file(weights), str(weights))
+        self.checkpoint: Found | None = None
+        if init == "imagenet":
+            found = resolve(name, weights)
+            assert found.path is not None
+            load_module_strict(backbone, read_state_file(found.path), str(found.path))
+            self.checkpoint = found
         self.name = name
+        self.init = init
         self.channels: tuple[int, ...] = spec.channels
         self.reductions: tuple[int, ...] = spec.reductions
         self._channels_last = spec.channels_last

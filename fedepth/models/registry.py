@@ -36,6 +36,15 @@ def list_models() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def default_encoder(name: str) -> str:
+    """The encoder model ``name`` is built on unless its configuration names another."""
+    import inspect
+
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown model {name!r}; known models: {', '.join(list_models())}")
+    return str(inspect.signature(_REGISTRY[name]).parameters["encoder"].default)
+
+
 def create_model(
     name: str,
     *,
@@ -47,7 +56,11 @@ def create_model(
 ) -> DepthModel:
     """Build the registered model ``name``; load ``weights`` (a local safetensors file) strictly.
 
-    ``cfg`` holds the factory's own keyword arguments (encoder, encoder_weights, head sizes).
+    ``cfg`` holds the factory's own keyword arguments (encoder, encoder_init, encoder_weights,
+    head sizes). ``encoder_init`` is how the encoder's weights begin: ``"imagenet"`` (every
+    factory's default: torchvision's checkpoint, found and verified on disk by
+    :mod:`fedepth.models.checkpoints`; a missing or altered file raises
+    :class:`~fedepth.models.checkpoints.CheckpointError` naming it) or ``"random"``.
     ``min_depth``/``max_depth`` are the metric range of the output (:mod:`fedepth.depth_range`;
     default: the fleet's, indoors and out).
     ``variance_focus`` is the SILog loss's lambda (None: the model's default, 0.85 as in
@@ -76,7 +89,14 @@ def create_model(
         model.variance_focus = float(variance_focus)
     model.to(memory_format=torch.channels_last)
     model.model_name = name
-    model.model_config = {"min_depth": float(min_depth), "max_depth": float(max_depth), **cfg}
+    # the encoder and its start as built, defaults included, so that the card reproduces them
+    model.model_config = {
+        "min_depth": float(min_depth),
+        "max_depth": float(max_depth),
+        **cfg,
+        "encoder": model.encoder.name,
+        "encoder_init": model.encoder.init,
+    }
     if weights is not None:
         from fedepth.models.state import load_weights
 

@@ -74,13 +74,14 @@ def regression_lite(
     *,
     min_depth: float,
     max_depth: float,
-    encoder: str = "mobilenet_v3_large",
+    encoder: str = "mobilenet_v2",
+    encoder_init: str = "imagenet",
     encoder_weights: str | Path | None = None,
     decoder_width: int = 256,
 ) -> RegressionDepth:
-    """CPU baseline: MobileNetV3-Large encoder, FastDepth-style decoder (about 3.3 M params)."""
+    """CPU baseline: MobileNetV2 encoder (ImageNet start), FastDepth-style decoder."""
     return RegressionDepth(
-        encoder=Encoder(encoder, weights=encoder_weights),
+        encoder=Encoder(encoder, init=encoder_init, weights=encoder_weights),
         min_depth=min_depth,
         max_depth=max_depth,
         decoder_width=decoder_width,
@@ -93,12 +94,13 @@ def regression(
     min_depth: float,
     max_depth: float,
     encoder: str = "resnet50",
+    encoder_init: str = "imagenet",
     encoder_weights: str | Path | None = None,
     decoder_width: int = 512,
 ) -> RegressionDepth:
     """GPU-size baseline: ResNet-50 encoder, the same decoder."""
     return RegressionDepth(
-        encoder=Encoder(encoder, weights=encoder_weights),
+        encoder=Encoder(encoder, init=encoder_init, weights=encoder_weights),
         min_depth=min_depth,
         max_depth=max_depth,
         decoder_width=decoder_width,

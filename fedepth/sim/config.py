@@ -16,6 +16,7 @@ from typing import Any
 from fedepth.depth_range import FLEET
 from fedepth.models import DepthModel, create_model
 from fedepth.models.base import DESCRIPTOR_LAYERS, DescriptorLayers
+from fedepth.models.checkpoints import ENCODER_INITS
 from fedepth.optconfig import TrainConfig
 from fedepth.recipe import TrainRecipe, round_lr
 from fedepth.strategies.pacfl import BASIS_SIZE
@@ -26,10 +27,13 @@ PRETRAIN_THREADS = 2
 
 #: version of :func:`pretrain`'s recipe, part of the checkpoint cache key: bump it when the
 #: code changes what a pretraining run with the same settings produces (4: channels-last
-#: convolution weights and NeWCRFs' one-window coarse levels round differently)
-PRETRAIN_REGIME = 4
+#: convolution weights and NeWCRFs' one-window coarse levels round differently; 5: the lite
+#: families on MobileNetV2 from ImageNet)
+PRETRAIN_REGIME = 5
 
 _RECIPE = TrainRecipe()
+#: values of SimConfig.descriptor_encoder
+DESCRIPTOR_ENCODERS = ("model", "imagenet")
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,9 @@ class SimConfig:
     """Everything that determines a simulated run (saved next to the results)."""
 
     model: str = "newcrfs-lite"
+    #: how the encoder's weights begin before pretraining: imagenet (torchvision's checkpoint,
+    #: fedepth.models.checkpoints) | random (the ablation)
+    encoder_init: str = "imagenet"
     # the client recipe's settings default to fedepth.recipe.TrainRecipe's (:meth:`recipe`)
     image_size: tuple[int, int] = _RECIPE.image_size
     rounds: int = 10
@@ -69,6 +76,11 @@ class SimConfig:
     #: Robots and depth_node always describe with the default, so only an in-process benchmark
     #: can use another.
     descriptor_layers: DescriptorLayers = "shallow"
+    #: whose encoder the descriptor reads: model (the initial checkpoint's, pretrained for
+    #: depth) | imagenet (the frozen ImageNet encoder of the model's architecture, untouched by
+    #: pretraining). Robots and depth_node describe with the model's, so only an in-process
+    #: benchmark can use imagenet.
+    descriptor_encoder: str = "model"
     pacfl_basis: int = BASIS_SIZE
     eval_frames: int = 8
     last_rounds: int = 5
@@ -96,6 +108,16 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         self.update_bounds()  # a bound <= 0 is refused now, not in the first round
+        if self.encoder_init not in ENCODER_INITS:
+            raise ValueError(
+                f"encoder_init must be one of {', '.join(ENCODER_INITS)}, got "
+                f"{self.encoder_init!r}"
+            )
+        if self.descriptor_encoder not in DESCRIPTOR_ENCODERS:
+            raise ValueError(
+                f"descriptor_encoder must be one of {', '.join(DESCRIPTOR_ENCODERS)}, got "
+                f"{self.descriptor_encoder!r}"
+            )
         if self.descriptor_layers not in DESCRIPTOR_LAYERS:
             raise ValueError(
                 f"descriptor_layers must be one of {', '.join(DESCRIPTOR_LAYERS)}, got "
@@ -134,13 +156,24 @@ class SimConfig:
     def model_key(self) -> tuple[Any, ...]:
         """Every setting :meth:`build_model` reads: equal keys build the same model."""
         size = (int(self.image_size[0]), int(self.image_size[1]))
-        return (self.model, self.min_depth, self.max_depth, self.variance_focus, size)
+        return (
+            self.model,
+            self.encoder_init,
+            self.min_depth,
+            self.max_depth,
+            self.variance_focus,
+            size,
+        )
 
     def build_model(self) -> DepthModel:
         """The configured model; its card records ``image_size`` as the input size."""
-        name, min_depth, max_depth, variance_focus, size = self.model_key()
+        name, encoder_init, min_depth, max_depth, variance_focus, size = self.model_key()
         model = create_model(
-            name, min_depth=min_depth, max_depth=max_depth, variance_focus=variance_focus
+            name,
+            min_depth=min_depth,
+            max_depth=max_depth,
+            variance_focus=variance_focus,
+            encoder_init=encoder_init,
         )
         model.input_size = size
         return model
@@ -152,6 +185,7 @@ class SimConfig:
             k: getattr(self, k)
             for k in (
                 "model",
+                "encoder_init",
                 "image_size",
                 "min_depth",
                 "max_depth",

@@ -20,7 +20,7 @@ from fedepth.data.scenario import Client, Scenario
 from fedepth.data.sequence import Sequence as RGBDSequence
 from fedepth.data.torchdata import descriptor_rgb
 from fedepth.descriptor import Descriptor, DescriptorExtractor
-from fedepth.models import DepthModel
+from fedepth.models.base import FeatureExtractor
 from fedepth.sim.config import SimConfig
 from fedepth.strategies import ClientInfo
 from fedepth.strategies.pacfl import BASIS_KEY
@@ -61,9 +61,14 @@ class _ConcatenatedFrames:
 
 
 def prepare_fleet(
-    scenario: Scenario, encoder_model: DepthModel, config: SimConfig, *, progress: bool = True
+    scenario: Scenario,
+    encoder_model: FeatureExtractor,
+    config: SimConfig,
+    *,
+    progress: bool = True,
 ) -> Fleet:
-    """Descriptors (and PACFL subspace bases) of every client and test sequence.
+    """Descriptors (and PACFL subspace bases) of every client and test sequence, under
+    ``encoder_model``'s frozen encoder (a depth model, or the ImageNet encoder alone).
 
     Training clients describe n frames sampled over their data; an unseen test sequence is
     described from its first n frames, as a robot would at the start of a deployment.

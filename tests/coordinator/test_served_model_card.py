@@ -115,7 +115,8 @@ def test_register_refuses_a_robot_whose_model_cannot_take_the_served_weights(
             assert info.value.code is grpc.StatusCode.FAILED_PRECONDITION
             # one message naming both sides and what differs
             assert declared.describe() in info.value.details
-            assert "serves regression-lite, depth 0.001-40 m" in info.value.details
+            assert "serves regression-lite {" in info.value.details
+            assert "depth 0.001-40 m" in info.value.details
             assert f"differs in {differs}" in info.value.details
         assert connect(server.port, "ops").fleet_status().robots == ()  # nothing recorded
         # the same model is taken, and no card at all means "whatever is served"

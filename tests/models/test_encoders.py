@@ -1,4 +1,5 @@
-"""Encoders: declared channels and strides match torchvision, weights load strictly from disk."""
+"""Encoders: declared channels and strides match torchvision; ImageNet starts load torchvision's
+own checkpoint strictly, verified; nothing else is taken for one."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torchvision
 from safetensors.torch import save_file
 
 from fedepth.models import Encoder, list_encoders
+from fedepth.models.encoders import read_state_file
 
 HEAVY = {"efficientnet_b5", "swin_b", "resnet50", "convnext_tiny", "swin_t"}
 
@@ -32,26 +34,35 @@ def test_unknown_encoder_lists_known() -> None:
         Encoder("vgg16")
 
 
-@pytest.mark.parametrize("suffix", [".safetensors", ".pth"])
-def test_local_weights_load_strictly(tmp_path: Path, suffix: str) -> None:
-    torch.manual_seed(3)
-    source = torchvision.models.mobilenet_v3_large(weights=None)
-    path = tmp_path / f"mnv3{suffix}"
-    state = {k: v.contiguous() for k, v in source.state_dict().items()}
-    if suffix == ".safetensors":
-        save_file(state, str(path))
-    else:
-        torch.save(state, path)
-    enc = Encoder("mobilenet_v3_large", weights=path)
-    first = enc.body.state_dict()["features.0.0.weight"]
-    torch.testing.assert_close(first, source.features[0][0].weight)
+def test_imagenet_start_is_torchvisions_checkpoint() -> None:
+    enc = Encoder("mobilenet_v2", init="imagenet")
+    assert enc.checkpoint is not None and enc.checkpoint.ok
+    ref = torchvision.models.mobilenet_v2(weights=None)
+    ref.load_state_dict(torch.load(enc.checkpoint.path, map_location="cpu", weights_only=True))
+    mine = enc.body.state_dict()
+    for name in ("features.0.0.weight", "features.18.1.running_var"):
+        torch.testing.assert_close(mine[name], ref.state_dict()[name], rtol=0, atol=0)
 
-    del state["classifier.3.bias"]
-    save_file(state, str(tmp_path / "partial.safetensors"))
-    with pytest.raises(ValueError, match=r"partial\.safetensors.*classifier\.3\.bias"):
-        Encoder("mobilenet_v3_large", weights=tmp_path / "partial.safetensors")
+
+def test_random_start_loads_no_file() -> None:
+    assert Encoder("mobilenet_v2").checkpoint is None
+    with pytest.raises(ValueError, match="needs encoder_init: imagenet"):
+        Encoder("mobilenet_v2", init="random", weights="mobilenet_v2-b0353104.pth")
+    with pytest.raises(ValueError, match="encoder_init must be one of imagenet, random"):
+        Encoder("mobilenet_v2", init="pretrained")
+
+
+def test_a_given_file_that_is_not_torchvisions_is_refused(tmp_path: Path) -> None:
+    torch.manual_seed(3)
+    path = tmp_path / "mine.safetensors"
+    state = torchvision.models.mobilenet_v2(weights=None).state_dict()
+    save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+    with pytest.raises(ValueError, match=r"mine\.safetensors.*not torchvision's"):
+        Encoder("mobilenet_v2", init="imagenet", weights=path)
 
 
 def test_missing_encoder_weights_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"absent\.pth"):
-        Encoder("resnet18", weights=tmp_path / "absent.pth")
+        read_state_file(tmp_path / "absent.pth")
+    with pytest.raises(ValueError, match=r"resnet18-f37072fd\.pth.*absent\.pth"):
+        Encoder("resnet18", init="imagenet", weights=tmp_path / "absent.pth")
