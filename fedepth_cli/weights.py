@@ -73,7 +73,7 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "weights",
         help="list the encoders' ImageNet checkpoints: where they are, whether they verify",
-        description=(__doc__ or "").split("\n\n", 1)[1].replace("\n", " "),
+        description=" ".join((__doc__ or "").replace("``", "").split()),
     )
     p.add_argument(
         "--models",

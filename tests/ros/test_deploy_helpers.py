@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -79,5 +80,13 @@ def test_threads_and_card_first_models(tmp_path: Path) -> None:
         check_served(model, served, "the coordinator x")
     with pytest.raises(ValueError, match="without a card"):
         model_from_card(None, "the coordinator x")
+    # a served card whose encoder checkpoint this machine does not hold is refused, naming it
+    other = json.loads(served)
+    other["encoder_checkpoint"]["sha256"] = "f" * 64
+    with pytest.raises(ValueError) as err:
+        model_from_card(json.dumps(other), "the coordinator x")
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("the coordinator x serves newcrfs-lite")
+    assert "refused here" in msg and "mobilenet_v2-b0353104.pth" in msg
     with pytest.raises(ValueError, match="without a card"):
         check_served(model, None, "the coordinator x")
