@@ -185,10 +185,23 @@ class ModelConfig:
     #: torch seed of a fresh model (no initial_weights).
     seed: int = 0
     #: safetensors file with the starting weights (with a model card); unset: a fresh seeded
-    #: ``name`` model, or the synthetic model when ``name`` is null too.
+    #: ``name`` model (pretrained as ``pretrain`` says), or the synthetic model when ``name``
+    #: is null too.
     initial_weights: str | None = None
+    #: what a fresh ``name`` network learns before it is served (no initial_weights): "small"
+    #: pretrains it for depth on the synthetic HPE scenario's pretraining split with the
+    #: benchmark's small-profile recipe (data generated and the network trained on this
+    #: machine at the first start, a few minutes, logged; then cached in ``cache_dir`` and
+    #: reused; never downloaded), "smoke" does the same at the smoke profile (seconds: for
+    #: trials and tests), "none" serves the encoder's start untrained.
+    pretrain: str = "small"
+    #: where that data and checkpoint are cached (the same cache as ``fedepth bench``'s).
+    cache_dir: str = ".cache/fedepth"
     synthetic: SyntheticModelConfig = field(default_factory=SyntheticModelConfig)
 
+
+#: Values of model.pretrain.
+PRETRAIN_PROFILES = ("small", "smoke", "none")
 
 #: Values of validation.sample_weights.
 SAMPLE_WEIGHTS = ("clipped", "registered", "strict", "equal")
@@ -355,6 +368,11 @@ def _check(c: CoordinatorConfig) -> None:
         0 < c.model.min_depth < c.model.max_depth,
         "model",
         f"need 0 < min_depth < max_depth, got {c.model.min_depth} and {c.model.max_depth}",
+    )
+    need(
+        c.model.pretrain in PRETRAIN_PROFILES,
+        "model.pretrain",
+        f"must be one of {', '.join(PRETRAIN_PROFILES)}, got {c.model.pretrain!r}",
     )
     need(
         c.model.encoder_init in ("imagenet", "random"),

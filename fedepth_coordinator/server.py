@@ -59,10 +59,56 @@ class InitialModel:
     source: str
 
 
+def pretrained_weights(cfg: ModelConfig, input_size: tuple[int, int] | None) -> Path:
+    """The checkpoint of a fresh ``cfg.name`` network pretrained for depth (``cfg.pretrain``):
+    the benchmark's own pretraining on the synthetic HPE scenario's pretraining split at that
+    profile, at ``input_size``, seeded by ``cfg.seed``; generated and trained here the first
+    time (logged before and after), then taken from ``cfg.cache_dir``."""
+    from fedepth.bench import BenchSpec, sim_config
+    from fedepth.bench.inputs import ensure_data, ensure_weights
+    from fedepth.data.scenario import load_scenario
+
+    assert cfg.name is not None
+    sim = sim_config(
+        "hpe",
+        cfg.pretrain,
+        model=cfg.name,
+        encoder_init=cfg.encoder_init,
+        seed=cfg.seed,
+        image_size=input_size,
+        min_depth=cfg.min_depth,
+        max_depth=cfg.max_depth,
+    )
+    cache = Path(cfg.cache_dir)
+    spec = BenchSpec("hpe", cfg.pretrain, (), cache, sim, cache_dir=cache, progress=False)
+    note = log.info
+    scenario = load_scenario(ensure_data(spec, note))
+    try:
+        return ensure_weights(spec, scenario, note)
+    finally:
+        scenario.close()
+
+
 def initial_model(cfg: ModelConfig, input_size: tuple[int, int] | None = None) -> InitialModel:
     """The starting model: ``initial_weights`` (the model its card names; a file without a
     card must fit ``name``), else a seeded fresh ``name`` model with its card (``input_size``
-    recorded on it), else (``name`` null) the synthetic test model (no card)."""
+    recorded on it), pretrained for depth unless ``pretrain`` is "none"
+    (:func:`pretrained_weights`), else (``name`` null) the synthetic test model (no card)."""
+    if cfg.initial_weights is None and cfg.name is not None and cfg.pretrain != "none":
+        from fedepth.bench.fleet_summary import weights_sha256
+
+        path = pretrained_weights(cfg, input_size)
+        card = read_card(path)
+        state = dict(load_file(str(path)))
+        assert card is not None  # pretraining saves the card
+        set_state(card.build(), state, source=str(path))
+        digest = weights_sha256(path)
+        return InitialModel(
+            state,
+            card,
+            f"{cfg.name} pretrained for depth on the synthetic HPE pretraining split "
+            f"({cfg.pretrain} profile, seed {cfg.seed}; {path}, SHA-256 {digest[:12]})",
+        )
     if cfg.initial_weights is not None:
         path = Path(cfg.initial_weights)
         if not path.is_file():
@@ -108,7 +154,11 @@ def initial_model(cfg: ModelConfig, input_size: tuple[int, int] | None = None) -
             encoder_init=cfg.encoder_init,
         )
         card = card_of(model, input_size=input_size)
-        return InitialModel(get_state(model), card, f"a FRESH (untrained) model, seed {cfg.seed}")
+        return InitialModel(
+            get_state(model),
+            card,
+            f"a FRESH model ({cfg.encoder_init} encoder, no depth pretraining), seed {cfg.seed}",
+        )
     s = cfg.synthetic
     return InitialModel(
         synthetic_model(s.num_tensors, s.size_mb, s.seed),
@@ -152,12 +202,18 @@ def startup_warnings(config: CoordinatorConfig) -> list[str]:
             "validation.robust_aggregation"
         )
     m = config.model
-    if m.name is not None and m.initial_weights is None:
+    if m.name is not None and m.initial_weights is None and m.pretrain == "none":
         out.append(
-            f"serving a freshly initialized {m.name} (model.initial_weights is null): its "
-            "encoder is every descriptor's, and an untrained encoder describes frames with "
-            "features that barely depend on them, so clusters and routes mean little; set "
-            "model.initial_weights to pretrained weights (`fedepth pretrain`)"
+            f"serving {m.name} untrained for depth (model.initial_weights is null, "
+            f"model.pretrain: none): its depth is meaningless until the rounds teach it"
+            + (
+                ", and its random encoder is every descriptor's, so clusters and routes mean "
+                "little"
+                if m.encoder_init == "random"
+                else ""
+            )
+            + "; set model.pretrain: small, or model.initial_weights to pretrained weights "
+            "(`fedepth pretrain`)"
         )
     return out
 

@@ -220,9 +220,18 @@ def main(args: list[str] | None = None) -> int:
         tmp = out.with_name(out.name + ".tmp")
         tmp.write_text(json.dumps(result), encoding="utf-8")
         tmp.replace(out)
+        scored = [r["native"] for r in result["rows"] if r.get("native")]
+        summary = (
+            f"; mean Abs Rel {np.mean([s['abs_rel'] for s in scored]):.3f}, "
+            f"delta<1.25 {np.mean([s['d1'] for s in scored]):.3f} over {len(scored)} frames"
+            if scored
+            else ""
+        )
         logger.info(
             f"{result['frames_answered']}/{result['frames_in_bag']} frames answered"
             + (" (timed out)" if timed_out else "")
+            + summary
+            + f"; wrote {out}"
         )
         return 0 if not timed_out else 3
     except NodeConfigError as exc:

@@ -61,7 +61,11 @@ def make_config(
         "auth": {"credentials_file": str(creds.path)},
         "rounds": {"num_rounds": 2, "min_robots": 4, "deadline_s": 120.0, "quorum": 0.5},
         "strategy": {"name": "fedepth", "params": {"overlap": 0.3}},
-        "model": {"name": None, "synthetic": {"num_tensors": 3, "size_mb": 0.2}},
+        "model": {
+            "name": None,
+            "pretrain": "none",
+            "synthetic": {"num_tensors": 3, "size_mb": 0.2},
+        },
         "state": {"dir": str(tmp_path / "state"), "backend": "sqlite"},
     }
     for name, values in sections.items():

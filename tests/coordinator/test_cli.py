@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
+from fedepth.models import create_model, get_state
 from fedepth_cli.main import main as fedepth_main
 from fedepth_coordinator.auth import read_credentials
 from fedepth_coordinator.cli import main
@@ -31,6 +34,7 @@ def test_default_config_serves_a_depth_network_with_no_robots_yet(
     assert config.auth.credentials_file and config.strategy.name == "fedepth"
     assert config == load_config(None)  # the file documents exactly the defaults
     assert config.model.name == "newcrfs-lite" and config.model.initial_weights is None
+    assert config.model.pretrain == "small" and config.model.encoder_init == "imagenet"
     assert not Path(config.auth.credentials_file).is_relative_to(config.state.dir)
     config = load_config(
         DEFAULT,
@@ -39,20 +43,43 @@ def test_default_config_serves_a_depth_network_with_no_robots_yet(
             ("server.port", 0),
             ("server.host", "127.0.0.1"),
             ("auth.credentials_file", str(tmp_path / "creds" / "none.yaml")),
+            # the default's pretraining at the smoke profile: seconds instead of minutes
+            ("model.pretrain", "smoke"),
+            ("model.cache_dir", str(tmp_path / "cache")),
         ],
     )
-    with caplog.at_level("INFO", logger="fedepth_coordinator"):
+    with caplog.at_level("INFO"):
         server = CoordinatorServer(config)
         port = server.start()
     try:
         card = server.initial.card
         assert card is not None and card.model == "newcrfs-lite" and card.max_depth == 80.0
-        assert "FRESH" in caplog.text and "--add-robot" in caplog.text
+        assert card.encoder_checkpoint is not None  # from ImageNet, then pretrained for depth
+        assert card.input_size == tuple(config.training.image_size)
+        assert "pretraining newcrfs-lite for 30 steps" in caplog.text  # the first start
+        assert "pretrained for depth on the synthetic HPE" in caplog.text
+        assert "--add-robot" in caplog.text
+        fresh = create_model("newcrfs-lite")
+        moved = [
+            k
+            for k, v in get_state(fresh).items()
+            if not np.array_equal(v, server.initial.state[k])
+        ]
+        assert moved, "the served network is the fresh one"
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
     finally:
         server.stop(grace=0.1)
+    # the second start takes the cached checkpoint: no pretraining
+    caplog.clear()
+    config = replace(config, state=replace(config.state, dir=str(tmp_path / "s2")))
+    with caplog.at_level("INFO"):
+        again = CoordinatorServer(config)
+    again.stop(grace=0.0)
+    assert "pretraining newcrfs-lite" not in caplog.text and "pretrained for depth" in caplog.text
+    for k, v in server.initial.state.items():
+        np.testing.assert_array_equal(again.initial.state[k], v)
 
 
 def test_overrides_and_errors_name_the_key(tmp_path: Path) -> None:

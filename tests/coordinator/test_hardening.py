@@ -693,14 +693,18 @@ def test_plaintext_on_a_network_address_and_no_norm_bound_are_warned_at_start() 
     from fedepth_coordinator.config import config_from_dict
     from fedepth_coordinator.server import startup_warnings
 
-    # 0.0.0.0, no TLS, no norm bound, an untrained served model
+    # 0.0.0.0, no TLS, no norm bound (the default model is pretrained for depth)
     default = startup_warnings(config_from_dict({}))
-    assert len(default) == 3
+    assert len(default) == 2
     assert "PLAINTEXT on 0.0.0.0" in default[0] and "tls.cert_file" in default[0]
     assert "server.host: 127.0.0.1" in default[0]
     assert "validation.max_update_norm" in default[1]
-    assert "freshly initialized newcrfs-lite" in default[2]
-    assert "model.initial_weights" in default[2]
+    # an untrained served model is warned about, the more so with a random encoder
+    untrained = startup_warnings(config_from_dict({"model": {"pretrain": "none"}}))
+    assert "serving newcrfs-lite untrained for depth" in untrained[2]
+    assert "model.pretrain: small" in untrained[2] and "descriptor" not in untrained[2]
+    random = {"model": {"pretrain": "none", "encoder_init": "random"}}
+    assert "clusters and routes mean little" in startup_warnings(config_from_dict(random))[2]
     local = config_from_dict(
         {
             "server": {"host": "127.0.0.1"},

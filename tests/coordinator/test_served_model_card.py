@@ -31,7 +31,7 @@ from fedepth_coordinator.tensors import Layout
 
 
 def test_a_fresh_named_model_is_seeded_and_carries_its_card() -> None:
-    cfg = ModelConfig(name="regression-lite", max_depth=80.0, seed=3)
+    cfg = ModelConfig(name="regression-lite", max_depth=80.0, seed=3, pretrain="none")
     a, b = initial_model(cfg, (64, 96)), initial_model(cfg, (64, 96))
     assert a.card is not None and a.card.model == "regression-lite"
     assert a.card.max_depth == 80.0 and a.card.input_size == (64, 96)

@@ -9,6 +9,7 @@ and kept running, the others run to completion. Two things differ from a reader'
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sensor_msgs.msg import Image
 from std_msgs.msg import String
@@ -150,6 +152,12 @@ def test_every_command_of_the_first_fleet_runs_as_written(
         # the blocks after the terminals, as written: the fleet table
         table = "\n".join(run(block) for block in after)
         assert "robot1" in table and "robot2" in table, table
+        # the street depth against the bag's own, as the scorer block of the section wrote it
+        scores = json.loads((tmp_path / "runs" / "street_depth.json").read_text())
+        rows = [r["native"] for r in scores["rows"] if r.get("native")]
+        assert len(rows) >= 40, scores["frames_answered"]
+        street_abs_rel = float(np.mean([r["abs_rel"] for r in rows]))
+        assert street_abs_rel <= 0.5, f"street Abs Rel {street_abs_rel:.3f}\n{all_logs()}"
         # the depth node on the unseen sequence: routed by the coordinator, depth published
         ok = listener.wait_for(
             {"/street/depth_pred/image": 5, "/street/fedepth/route#latched": 1},
@@ -175,4 +183,4 @@ def test_every_command_of_the_first_fleet_runs_as_written(
     text = all_logs()
     assert "built the served model: newcrfs-lite" in text, text
     assert "Traceback" not in text, text
-    print(f"first fleet: {time.monotonic() - started:.0f} s")
+    print(f"first fleet: {time.monotonic() - started:.0f} s, street Abs Rel {street_abs_rel:.3f}")
