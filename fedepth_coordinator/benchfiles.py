@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save_file
 
-from fedepth.models.card import CARD_KEY, ModelCard
+from fedepth.models.card import CARD_KEY, card_of
 from fedepth.sim import Fleet, SimConfig, config_dict
 
 #: The principal the parent routes test sequences as.
@@ -75,12 +75,8 @@ def write_fleet(
     """Hand the fleet over to the robot processes (robot ``ids[i]`` is ``fleet.infos[i]``)."""
     w = workdir
     c = config
-    card = ModelCard(
-        model=c.model,
-        min_depth=c.min_depth,
-        max_depth=c.max_depth,
-        input_size=(int(c.image_size[0]), int(c.image_size[1])),
-    )
+    # the configured model's own card (encoder, its start and checkpoint included)
+    card = card_of(c.build_model(), input_size=(int(c.image_size[0]), int(c.image_size[1])))
     save_file(initial, str(w / "initial.safetensors"), metadata={CARD_KEY: card.to_json()})
     arrays: dict[str, np.ndarray] = {}
     robots: dict[str, Any] = {}

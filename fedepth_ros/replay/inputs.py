@@ -117,18 +117,13 @@ class ReplayInputs:
         from safetensors.numpy import save_file
 
         from fedepth.models import get_state
-        from fedepth.models.card import CARD_KEY, ModelCard
+        from fedepth.models.card import CARD_KEY, card_of
         from fedepth.sim import initial_model
 
         c = self.config
         model = initial_model(c, str(self.weights))
         self.initial = {k: np.asarray(v, order="C") for k, v in get_state(model).items()}
         self.state_bytes = int(sum(v.nbytes for v in self.initial.values()))
-        card = ModelCard(
-            model=c.model,
-            min_depth=c.min_depth,
-            max_depth=c.max_depth,
-            input_size=(int(c.image_size[0]), int(c.image_size[1])),
-        )
+        card = card_of(model, input_size=(int(c.image_size[0]), int(c.image_size[1])))
         self.initial_path = self.out / "initial.safetensors"
         save_file(self.initial, str(self.initial_path), metadata={CARD_KEY: card.to_json()})

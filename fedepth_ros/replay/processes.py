@@ -32,6 +32,7 @@ PRELOAD = (
     "torch._dynamo",
     "torch.distributed.tensor",
     "torchvision.models.feature_extraction",
+    "torch.utils.serialization",  # torch.load of the encoder's ImageNet checkpoint
 )
 
 

@@ -105,16 +105,19 @@ def test_nodes_build_the_served_model_and_refuse_weights_of_another(
     refused = status()["error"]
     # Register refused the robot with a status naming both models and what differs
     assert "Register: FAILED_PRECONDITION" in refused, refused
-    assert "declares regression-lite, depth 0.001-10 m" in refused
-    assert "serves regression-lite, depth 0.001-80 m" in refused
+    assert "declares regression-lite {" in refused and "depth 0.001-10 m" in refused
+    assert "serves regression-lite {" in refused and "depth 0.001-80 m" in refused
     assert "differs in max_depth" in refused
     diag = card_error()[-1]
     assert diag.level == DiagnosticStatus.ERROR
     assert (
-        "0.001-10 m" in diag.message and "serves regression-lite, depth 0.001-80 m" in diag.message
+        "0.001-10 m" in diag.message
+        and "serves regression-lite {" in diag.message
+        and "depth 0.001-80 m" in diag.message
     )
     assert "predicting with the local weights only" in diag.message
     served = logs["depth_served"]
-    assert "built the served model" in served and "regression-lite, depth 0.001-80 m" in served
+    assert "built the served model" in served and "serves regression-lite {" in served
+    assert "depth 0.001-80 m" in served
     for name, log in logs.items():
         assert "Traceback" not in log, (name, log)
