@@ -496,10 +496,30 @@ def test_bench_cli_interrupted_says_what_is_kept_and_resumes(
     assert "fedavg: seed 0 resumes after round 1 of 2" in capsys.readouterr().err
 
 
+def _one_round_fleet(out: Path, data: Path, weights: Path, **sim: Any) -> tuple[BenchSpec, Any]:
+    """One FedAvg round of CFG with ``sim`` changed, into ``out``: its spec and the fleet
+    summary (descriptors) it recorded."""
+    from fedepth.bench import FleetSummary
+
+    spec = BenchSpec(
+        scenario="hpe",
+        profile="smoke",
+        methods=("fedavg",),
+        out=out,
+        sim=replace(CFG, rounds=1, last_rounds=1, **sim),
+        data_dir=data,
+        weights=weights,
+        progress=False,
+    )
+    run_benchmark(spec, echo=lambda _: None)
+    fleet = FleetSummary.load(out / "state" / "seed0")
+    assert fleet is not None
+    return spec, fleet
+
+
 def test_the_descriptor_pools_the_shallow_maps_unless_told_and_an_older_out_does_not_resume(
     smoke_hpe: Path, weights: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fedepth.bench import FleetSummary
     from fedepth_cli.main import build_parser
 
     bench = build_parser()._subparsers._group_actions[0].choices["bench"]  # type: ignore[union-attr]
@@ -509,20 +529,9 @@ def test_the_descriptor_pools_the_shallow_maps_unless_told_and_an_older_out_does
     model = CFG.build_model()
     dims = {}
     for layers in DESCRIPTOR_LAYERS:
-        out = tmp_path / layers
-        spec = BenchSpec(
-            scenario="hpe",
-            profile="smoke",
-            methods=("fedavg",),
-            out=out,
-            sim=replace(CFG, rounds=1, last_rounds=1, descriptor_layers=layers),
-            data_dir=smoke_hpe,
-            weights=weights,
-            progress=False,
+        spec, fleet = _one_round_fleet(
+            tmp_path / layers, smoke_hpe, weights, descriptor_layers=layers
         )
-        run_benchmark(spec, echo=lambda _: None)
-        fleet = FleetSummary.load(out / "state" / "seed0")
-        assert fleet is not None
         dims[layers] = fleet.means.shape[1]
     channels = model.encoder.channels
     assert dims == {"shallow": sum(channels[:3]), "deepest": channels[-1]}
@@ -548,7 +557,6 @@ def test_the_descriptor_pools_the_shallow_maps_unless_told_and_an_older_out_does
 def test_the_imagenet_descriptor_reads_the_frozen_imagenet_encoder_not_the_checkpoint(
     smoke_hpe: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fedepth.bench import FleetSummary
 
     # an initial checkpoint whose encoder moved away from ImageNet's (as pretraining moves it)
     trained = initial_model(CFG)
@@ -559,20 +567,9 @@ def test_the_imagenet_descriptor_reads_the_frozen_imagenet_encoder_not_the_check
     save_weights(trained, weights)
     means = {}
     for reading in ("model", "imagenet"):
-        out = tmp_path / reading
-        spec = BenchSpec(
-            scenario="hpe",
-            profile="smoke",
-            methods=("fedavg",),
-            out=out,
-            sim=replace(CFG, rounds=1, last_rounds=1, descriptor_encoder=reading),
-            data_dir=smoke_hpe,
-            weights=weights,
-            progress=False,
+        _, fleet = _one_round_fleet(
+            tmp_path / reading, smoke_hpe, weights, descriptor_encoder=reading
         )
-        run_benchmark(spec, echo=lambda _: None)
-        fleet = FleetSummary.load(out / "state" / "seed0")
-        assert fleet is not None
         means[reading] = fleet.means
     # the descriptor of the first client under the ImageNet encoder alone, computed here
     from fedepth.data.scenario import load_scenario
