@@ -40,6 +40,7 @@ import torch
 
 from fedepth.bench import BenchSpec, sim_config
 from fedepth.bench.inputs import ensure_data, ensure_weights
+from fedepth.composition import co_member_shares, member_shares
 from fedepth.data.scenario import load_scenario
 from fedepth.models.base import FeatureExtractor
 from fedepth.sim import initial_model, prepare_fleet
@@ -47,28 +48,6 @@ from fedepth.sim.config import DESCRIPTOR_ENCODERS
 from fedepth.strategies import ClientInfo, create_strategy
 
 METHODS = ("fedepth", "hard")
-LABELS = ("platform", "environment")
-
-
-def co_member_shares(M: np.ndarray, labels: Sequence[dict[str, str]]) -> dict[str, float]:
-    """Mean over clients of the share of their co-members (other members of any of their
-    clusters) that share their platform / environment / both; clients alone are left out."""
-    shares: dict[str, list[float]] = {"platform": [], "environment": [], "both": []}
-    alone = 0
-    for c in range(M.shape[1]):
-        mates = np.flatnonzero(M[M[:, c]].any(axis=0))
-        mates = mates[mates != c]
-        if mates.size == 0:
-            alone += 1
-            continue
-        for key in LABELS:
-            shares[key].append(float(np.mean([labels[m][key] == labels[c][key] for m in mates])))
-        shares["both"].append(
-            float(np.mean([all(labels[m][k] == labels[c][k] for k in LABELS) for m in mates]))
-        )
-    out = {k: float(np.mean(v)) if v else float("nan") for k, v in shares.items()}
-    out["alone"] = float(alone)
-    return out
 
 
 def routed_right(
@@ -76,8 +55,8 @@ def routed_right(
 ) -> bool:
     """Whether most members of the routed clusters share ``own``'s platform and environment."""
     members = np.flatnonzero(M[list(clusters)].any(axis=0))
-    same = [all(labels[m][k] == own[k] for k in LABELS) for m in members]
-    return bool(same) and float(np.mean(same)) > 0.5
+    both = member_shares(members, labels, own)["both"]
+    return both is not None and both > 0.5
 
 
 def clustered(method: str, params: dict[str, Any], infos: Sequence[ClientInfo]) -> Any:

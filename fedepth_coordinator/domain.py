@@ -185,6 +185,30 @@ class RobotStatus:
 
 
 @dataclass(frozen=True)
+class ClusterComposition:
+    """One cluster by the labels its members declared at Register: ``counts`` of each
+    ``platform/environment`` (most first; ``?`` for an undeclared label) and ``label``, the
+    counts as one line (``"spot/forest x3, car/forest x1"``)."""
+
+    index: int
+    members: tuple[str, ...]
+    counts: Mapping[str, int] = field(default_factory=dict)
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class CoMemberShares:
+    """Mean over a clustered fleet's members of the share of their co-members (the other
+    members of any cluster they belong to) that declared the same platform, environment, both
+    (None: no member compares); ``alone``: members without co-members, left out."""
+
+    platform: float | None = None
+    environment: float | None = None
+    both: float | None = None
+    alone: int = 0
+
+
+@dataclass(frozen=True)
 class RoundSummary:
     round: int
     selected: int
@@ -206,3 +230,7 @@ class FleetStatus:
     history: tuple[RoundSummary, ...] = ()
     #: the served model's card as JSON (``fedepth.models.ModelCard``); None: no card
     model_card: str | None = None
+    #: once a clustered strategy has formed the fleet: each cluster's composition
+    clusters: tuple[ClusterComposition, ...] = ()
+    #: and how alike its co-members are (None: no clusters)
+    co_members: CoMemberShares | None = None

@@ -1,10 +1,11 @@
-"""Human-readable fleet report: the robot table, the cluster map and the recent rounds."""
+"""Human-readable fleet report: the robot table, the cluster map with each cluster's
+composition, and the recent rounds."""
 
 from __future__ import annotations
 
 import time
 
-from fedepth_coordinator.domain import ClusterMap, FleetStatus
+from fedepth_coordinator.domain import ClusterMap, CoMemberShares, FleetStatus
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -21,6 +22,18 @@ def _age(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f}s"
     return f"{seconds / 60:.0f}m"
+
+
+def _co_members(c: CoMemberShares) -> str:
+    def share(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    # a robot's co-members: the other members of the clusters it belongs to
+    return (
+        f"co-members with the robot's label (mean over robots): platform {share(c.platform)}, "
+        f"environment {share(c.environment)}, both {share(c.both)}; "
+        f"{c.alone} robot{'s' if c.alone != 1 else ''} alone"
+    )
 
 
 def format_fleet(status: FleetStatus, clusters: ClusterMap, *, last_rounds: int = 5) -> str:
@@ -55,7 +68,15 @@ def format_fleet(status: FleetStatus, clusters: ClusterMap, *, last_rounds: int 
     if clusters.clustered:
         tau = "" if clusters.tau is None else f" (tau = {clusters.tau:.4g})"
         lines.append(f"cluster map: {len(clusters.clusters)} clusters{tau}")
-        lines += [f"  cluster {k}: {', '.join(m)}" for k, m in enumerate(clusters.clusters)]
+        # the composition of the fleet status, where it names the same members (the two
+        # answers come from two calls: a robot that joined in between changes the map)
+        made_of = {c.index: c for c in status.clusters}
+        for k, m in enumerate(clusters.clusters):
+            c = made_of.get(k)
+            label = f"{c.label}: " if c is not None and c.label and c.members == m else ""
+            lines.append(f"  cluster {k}: {label}{', '.join(m)}")
+        if status.co_members is not None:
+            lines.append(_co_members(status.co_members))
     else:
         lines.append("cluster map: not formed yet")
     if status.history:

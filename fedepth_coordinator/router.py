@@ -1,5 +1,6 @@
 """The router and the coordinator's views: Route for unseen sequences, the cluster map, the
-fleet status and the members' current models."""
+fleet status (with each cluster's composition by the labels robots declared) and the members'
+current models."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from fedepth import composition
 from fedepth.descriptor import Descriptor
 from fedepth.models.state import State
 from fedepth.strategies import ClusteredStrategy, RouteDecision
 from fedepth_coordinator.coordstate import CoordinatorState
 from fedepth_coordinator.domain import (
+    ClusterComposition,
     ClusterMap,
+    CoMemberShares,
     FleetStatus,
     RobotStatus,
     RoundSummary,
@@ -137,6 +141,7 @@ class Router:
                 )
                 for h in s.history
             )
+            clusters, co_members = _composition(s)
             return FleetStatus(
                 phase=s.phase,
                 strategy=s.config.strategy.name,
@@ -148,6 +153,8 @@ class Router:
                 robots=robots,
                 history=history,
                 model_card=s.model_card,
+                clusters=clusters,
+                co_members=co_members,
             )
 
     def final_states(self) -> dict[str, State]:
@@ -156,3 +163,40 @@ class Router:
         with s.cond:
             strategy = s.require_strategy()
             return {rid: dict(strategy.model_for(rid)) for rid in s.members}
+
+
+def _composition(
+    s: CoordinatorState,
+) -> tuple[tuple[ClusterComposition, ...], CoMemberShares | None]:
+    """Each cluster of a formed clustered fleet by the labels its members declared at Register
+    (platform, environment), and the co-member shares (:mod:`fedepth.composition`); nothing
+    before the fleet forms or for a strategy without clusters. Lock held."""
+    strategy = s.strategy
+    if not isinstance(strategy, ClusteredStrategy):
+        return (), None
+    ids = [c.cid for c in strategy.clients]
+    labels = [
+        dict(s.robots[c.cid].labels) if c.cid in s.robots else dict(c.labels)
+        for c in strategy.clients
+    ]
+    M = np.asarray(strategy.M_star, dtype=bool)
+    clusters = []
+    for k, row in enumerate(M):
+        members = np.flatnonzero(row)
+        counts = composition.composition_counts(members, labels)
+        clusters.append(
+            ClusterComposition(
+                k,
+                tuple(ids[int(j)] for j in members),
+                counts,
+                composition.composition_label(counts),
+            )
+        )
+    shares = composition.co_member_shares(M, labels)
+
+    def known(key: str) -> float | None:
+        return None if np.isnan(shares[key]) else shares[key]
+
+    return tuple(clusters), CoMemberShares(
+        known("platform"), known("environment"), known("both"), int(shares["alone"])
+    )

@@ -15,7 +15,9 @@ from fedepth.descriptor import Descriptor
 from fedepth.recipe import TrainRecipe
 from fedepth_coordinator._proto.fedepth.v1 import coordinator_pb2 as pb
 from fedepth_coordinator.domain import (
+    ClusterComposition,
     ClusterMap,
+    CoMemberShares,
     DescriptorAck,
     FleetStatus,
     ModelHeader,
@@ -324,8 +326,36 @@ def cluster_map_from_pb(msg: pb.ClusterMap) -> ClusterMap:
     return ClusterMap(msg.clustered, msg.strategy, tau, clusters)
 
 
+def _composition_to_pb(c: ClusterComposition) -> pb.ClusterComposition:
+    return pb.ClusterComposition(
+        index=c.index, members=list(c.members), counts=dict(c.counts), label=c.label
+    )
+
+
+def _composition_from_pb(msg: pb.ClusterComposition) -> ClusterComposition:
+    # a map has no order on the wire: most first again (ties by name)
+    counts = dict(sorted(msg.counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return ClusterComposition(msg.index, tuple(msg.members), counts, msg.label)
+
+
+def _shares_to_pb(c: CoMemberShares) -> pb.CoMemberShares:
+    msg = pb.CoMemberShares(alone=c.alone)
+    for key in ("platform", "environment", "both"):
+        value = getattr(c, key)
+        if value is not None:
+            setattr(msg, key, value)
+    return msg
+
+
+def _shares_from_pb(msg: pb.CoMemberShares) -> CoMemberShares:
+    def get(key: str) -> float | None:
+        return float(getattr(msg, key)) if msg.HasField(key) else None
+
+    return CoMemberShares(get("platform"), get("environment"), get("both"), msg.alone)
+
+
 def fleet_to_pb(f: FleetStatus) -> pb.FleetStatus:
-    return pb.FleetStatus(
+    msg = pb.FleetStatus(
         phase=_PHASES[f.phase],
         strategy=f.strategy,
         round=f.round,
@@ -359,7 +389,11 @@ def fleet_to_pb(f: FleetStatus) -> pb.FleetStatus:
             )
             for h in f.history
         ],
+        clusters=[_composition_to_pb(c) for c in f.clusters],
     )
+    if f.co_members is not None:
+        msg.co_members.CopyFrom(_shares_to_pb(f.co_members))
+    return msg
 
 
 def fleet_from_pb(msg: pb.FleetStatus) -> FleetStatus:
@@ -391,4 +425,8 @@ def fleet_from_pb(msg: pb.FleetStatus) -> FleetStatus:
             for h in msg.history
         ),
         model_card=msg.model_card or None,
+        clusters=tuple(
+            _composition_from_pb(c) for c in sorted(msg.clusters, key=lambda c: c.index)
+        ),
+        co_members=_shares_from_pb(msg.co_members) if msg.HasField("co_members") else None,
     )

@@ -8,10 +8,14 @@ and writes:
 - ``results.json``: ``methods.<name>.{abs_rel, sq_rel, rmse, rmse_log, d1, d2, d3}`` (mean over
   the last rounds, then over the seeds) with ``<metric>_std`` (sample standard deviation over
   the seeds) and every seed's numbers under ``seeds``, plus per-group numbers, per-round
-  curves, bytes per round, timing, and the overlap sweep; ``config.json``: the resolved
+  curves, bytes per round, timing, the overlap sweep and, for every clustered run, its
+  cluster ``composition`` (members with their labels, co-member label shares, the routed
+  test sequences; :mod:`~fedepth.bench.composition`); ``config.json``: the resolved
   configuration;
-- ``report.md``: tables laid out like the paper's (Table 1/2, 3a, 3b, 3c) and the figures;
-- ``curves.png``, ``clusters.png`` (Jeffreys matrix and FeDepth's cluster map),
+- ``report.md``: tables laid out like the paper's (Table 1/2, 3a, 3b, 3c), the clusters'
+  composition and the figures;
+- ``curves.png``, ``clusters.png`` (Jeffreys matrix and FeDepth's cluster map, each cluster
+  labelled by its composition),
   ``predictions.png`` (RGB / ground truth / prediction per test sequence and method);
 - ``state/seed<S>/``: every finished run and the checkpoint of the running one, so that the
   same benchmark on the same output continues where it stopped (see :func:`state_dir`).
@@ -20,12 +24,14 @@ The package's modules, one job each (everything public is importable from ``fede
 :mod:`~fedepth.bench.spec` (what to run, each profile's sizes), :mod:`~fedepth.bench.inputs`
 (the cached data and initial checkpoint), :mod:`~fedepth.bench.outdir` (the output directory,
 its recorded settings and the resume check), :mod:`~fedepth.bench.runner` (the runs of every
-seed), :mod:`~fedepth.bench.combine` (results over seeds), :mod:`~fedepth.bench.report` (the
-tables), :mod:`~fedepth.bench.figures` (the pictures), :mod:`~fedepth.bench.fleet_summary`
-(what those need of a seed's fleet), :mod:`~fedepth.bench.demo` (``fedepth demo``).
+seed), :mod:`~fedepth.bench.combine` (results over seeds), :mod:`~fedepth.bench.composition` (who
+is in each cluster), :mod:`~fedepth.bench.report` (the tables), :mod:`~fedepth.bench.figures`
+(the pictures), :mod:`~fedepth.bench.fleet_summary` (what those need of a seed's fleet),
+:mod:`~fedepth.bench.demo` (``fedepth demo``).
 """
 
 from fedepth.bench.combine import beyond_spread, combine_seeds
+from fedepth.bench.composition import run_composition, with_composition
 from fedepth.bench.demo import (
     DEMO_METHODS,
     DEMO_SPREAD,
@@ -89,10 +95,12 @@ __all__ = [
     "render_report",
     "round_line",
     "run_benchmark",
+    "run_composition",
     "run_config",
     "scenario_defaults",
     "sim_config",
     "state_dir",
     "sweep_name",
+    "with_composition",
     "write_figures",
 ]

@@ -1,7 +1,8 @@
 """The report's figures: curves.png, clusters.png and predictions.png (:func:`write_figures`).
 
 Curves: training loss and test Abs Rel per round (mean ± one sample std over the seeds);
-clusters: the Jeffreys matrix and FeDepth's cluster map; predictions: RGB, ground truth and
+clusters: the Jeffreys matrix and FeDepth's cluster map, each cluster labelled by its members'
+platform/environment (:func:`cluster_labels`); predictions: RGB, ground truth and
 each method's prediction for six test sequences spread over the test set.
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from fedepth import clustering
+from fedepth import clustering, composition
 from fedepth.bench.fleet_summary import FleetSummary
 from fedepth.sim import Sample
 
@@ -65,12 +66,15 @@ def write_figures(
         bar.ax.axhline(float(tau), color="red", linewidth=1.5)
         bar.ax.text(1.6, float(tau), "tau", color="red", va="center", fontsize=7)
     axes[1].imshow(m_star, cmap="Greys", aspect="auto", interpolation="nearest")
-    axes[1].set_title(f"FeDepth cluster map M* (tau={float(tau):.3g}, K={m_star.shape[0]})")
-    axes[1].set_xticks(range(len(names)), names, rotation=90, fontsize=5)
-    axes[1].set_yticks(
-        range(m_star.shape[0]), [str(k) for k in range(m_star.shape[0])], fontsize=5
+    k = m_star.shape[0]
+    axes[1].set_title(
+        f"FeDepth cluster map M* (tau={float(tau):.3g}, K={k})\n"
+        "each cluster: its members' platform/environment"
     )
-    axes[1].set_ylabel("cluster")
+    axes[1].set_xticks(range(len(names)), names, rotation=90, fontsize=5)
+    # as large as the rows leave room for (about 360 pt of axis height)
+    size = min(8.0, max(4.0, 200.0 / max(k, 1)))
+    axes[1].set_yticks(range(k), cluster_labels(m_star, fleet.clients), fontsize=size)
     fig.tight_layout()
     fig.savefig(out / "clusters.png", dpi=110)
     plt.close(fig)
@@ -102,6 +106,20 @@ def write_figures(
     fig.tight_layout()
     fig.savefig(out / "predictions.png", dpi=110)
     plt.close(fig)
+
+
+def cluster_labels(
+    M: np.ndarray, clients: Sequence[Mapping[str, str]], *, most: int = 3
+) -> list[str]:
+    """clusters.png's label of each cluster (row of ``M``): its index and composition,
+    ``"0: spot/forest x3, car/forest x1"`` (the ``most`` largest groups, then ``+n more``)."""
+    return [
+        f"{k}: "
+        + composition.composition_label(
+            composition.composition_counts(np.flatnonzero(row), clients), most=most
+        )
+        for k, row in enumerate(np.asarray(M, dtype=bool))
+    ]
 
 
 def shown_methods(names: Sequence[str], columns: int = 4) -> list[str]:

@@ -39,6 +39,9 @@ class FleetSummary:
     weights_sha256: str | None = None
     #: the machine the fleet was prepared on (:func:`machine`; empty: not recorded)
     machine: dict[str, Any] = field(default_factory=dict)
+    #: the test sequences' platform and environment, in the order of ``test`` (empty: recorded
+    #: before they were kept)
+    test_labels: list[dict[str, str]] = field(default_factory=list)
 
     @classmethod
     def of(cls, fleet: Fleet, data_dir: Path, weights: Path, weights_sha256: str) -> FleetSummary:
@@ -57,6 +60,10 @@ class FleetSummary:
                 for i in fleet.infos
             ],
             test=[s.name for s, _, _ in fleet.test_queries],
+            test_labels=[
+                {"platform": s.meta.platform, "environment": s.meta.environment}
+                for s, _, _ in fleet.test_queries
+            ],
             means=means,
             variances=variances,
         )
@@ -73,6 +80,7 @@ class FleetSummary:
                 "machine": self.machine,
                 "clients": self.clients,
                 "test": self.test,
+                "test_labels": self.test_labels,
             },
         )
 
@@ -100,6 +108,7 @@ class FleetSummary:
             variances=arrays["var"],
             weights_sha256=head.get("weights_sha256"),
             machine=dict(head.get("machine") or {}),
+            test_labels=list(head.get("test_labels") or []),
         )
 
 

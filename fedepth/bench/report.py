@@ -1,7 +1,8 @@
 """The benchmark's tables: report.md in the paper's layout, and the table for the terminal.
 
 :func:`render_report` writes mean ± std and marks differences from FeDepth beyond the combined
-spread (:data:`MARK`) when several seeds ran; :func:`format_table` is the fixed-width table.
+spread (:data:`MARK`) when several seeds ran, and who is in each cluster of every clustered
+method (from results.json's ``composition``); :func:`format_table` is the fixed-width table.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from fedepth.bench.combine import beyond_spread
 from fedepth.bench.fleet_summary import describe_machine
@@ -185,6 +188,7 @@ def render_report(results: dict[str, Any]) -> str:
             ),
             "",
         ]
+    out += _composition(m)
     out += [
         "## Communication and time",
         "",
@@ -336,6 +340,92 @@ def _averaged_routes(m: Mapping[str, Mapping[str, Any]]) -> list[str]:
         ),
         "",
     ]
+
+
+def _share(value: Any) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) else "-"
+
+
+def _share_spread(values: Sequence[Any]) -> str:
+    """Mean ± sample std of the seeds' shares that exist ("-" when none)."""
+    known = [float(v) for v in values if isinstance(v, (int, float))]
+    if not known:
+        return "-"
+    std = float(np.std(known, ddof=1)) if len(known) > 1 else 0.0
+    return f"{float(np.mean(known)):.2f} ± {std:.2f}"
+
+
+def _composition(m: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Who is in each cluster of every clustered method: the co-member label shares per seed,
+    then, for the first seed, each cluster's members by label and each test sequence's routed
+    clusters. Nothing for results recorded without ``composition``."""
+    keys = ("platform", "environment", "both")
+    runs = {
+        name: {
+            seed: run["composition"]
+            for seed, run in (entry.get("seeds") or {"-": entry}).items()
+            if run.get("composition")
+        }
+        for name, entry in m.items()
+    }
+    runs = {name: per_seed for name, per_seed in runs.items() if per_seed}
+    if not runs:
+        return []
+    out = [
+        "## Cluster composition",
+        "",
+        "Who is in each cluster, by the platform and environment its members have "
+        "(results.json: `methods.<name>.composition`, every seed's under "
+        "`seeds.<seed>.composition`). Co-member share: for each client, the share of its "
+        "co-members (the other members of any cluster it belongs to) with its platform, its "
+        "environment, both; the mean over the clients, those without co-members left out "
+        "(*alone*). A label not recorded counts neither way.",
+        "",
+        "| Method | seed | K | same platform | same environment | both | alone |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, per_seed in runs.items():
+        for seed, comp in per_seed.items():
+            cm = comp["co_members"]
+            out.append(
+                f"| {name} | {seed} | {len(comp['clusters'])} | "
+                + " | ".join(_share(cm.get(k)) for k in keys)
+                + f" | {cm.get('alone', '-')} |"
+            )
+        if len(per_seed) > 1:
+            out.append(
+                f"| {name} | mean ± std | - | "
+                + " | ".join(
+                    _share_spread([c["co_members"].get(k) for c in per_seed.values()])
+                    for k in keys
+                )
+                + " | - |"
+            )
+    out.append("")
+    for name, per_seed in runs.items():
+        seed, comp = next(iter(per_seed.items()))
+        out += [f"### {name}" + ("" if seed == "-" else f" (seed {seed})"), ""]
+        for k, cluster in enumerate(comp["clusters"]):
+            members = ", ".join(str(c["name"]) for c in cluster["members"])
+            out.append(f"- cluster {k} ({len(cluster['members'])}): {cluster['label']}: {members}")
+        out.append("")
+        routes = comp.get("routes") or {}
+        if routes:
+            out += [
+                "| Test sequence | its labels | routed to | routed clusters' members | "
+                "same platform | same environment |",
+                "| --- | --- | --- | --- | ---: | ---: |",
+            ]
+            for seq, r in routes.items():
+                own = "/".join(str(r.get(k) or "?") for k in ("platform", "environment"))
+                shares = r.get("shares") or {}
+                out.append(
+                    f"| {seq} | {own if 'platform' in r else '-'} | "
+                    f"{', '.join(map(str, r['clusters']))} | {r['label']} | "
+                    f"{_share(shares.get('platform'))} | {_share(shares.get('environment'))} |"
+                )
+            out.append("")
+    return out
 
 
 def _clusters_k(entry: Mapping[str, Any]) -> str:

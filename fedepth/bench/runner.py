@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fedepth.bench.combine import combine_seeds
+from fedepth.bench.composition import with_composition
 from fedepth.bench.figures import write_figures
 from fedepth.bench.fleet_summary import (
     FleetSummary,
@@ -47,7 +48,7 @@ from fedepth.sim import (
     make_executor,
     prepare_fleet,
 )
-from fedepth.strategies import create_strategy
+from fedepth.strategies import create_strategy, forms_clusters
 from fedepth.transport import FleetRunner, Transport, check_transport
 
 
@@ -284,8 +285,19 @@ class _Bench:
     # -- results -----------------------------------------------------------------------------
     def combined(self, key: str) -> dict[str, Any]:
         return combine_seeds(
-            {str(s): self.done[key][s] for s in self.seeds if s in self.done[key]}
+            {str(s): self.described(key, s) for s in self.seeds if s in self.done[key]}
         )
+
+    def described(self, key: str, seed: int) -> dict[str, Any]:
+        """A finished run's summary, with its cluster composition where its method forms
+        clusters (derived from its clusters, routes and the seed's fleet, so runs recorded
+        before the composition existed have it too)."""
+        summary = self.done[key][seed]
+        fleet = self.fleets.get(seed)
+        method = "fedepth" if key.startswith("sweep-") else key
+        if fleet is None or not forms_clusters(method):
+            return dict(summary)
+        return with_composition(summary, fleet)
 
     def per_seed_methods(self) -> dict[str, list[dict[str, Any]]]:
         """Every method's per-seed summaries in seed order (the sweep left out)."""

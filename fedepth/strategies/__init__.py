@@ -105,6 +105,13 @@ def create_strategy(name: str, **cfg: Any) -> Strategy:
     return strategy
 
 
+def forms_clusters(name: str) -> bool:
+    """Whether the method ``name`` forms clusters of clients (FeDepth, hard clustering, PACFL,
+    FedClust, the label groups), not one global model (FedAvg and the methods built on it, CL)."""
+    cls = _REGISTRY.get(name)
+    return cls is not None and issubclass(cls, ClusteredStrategy) and not issubclass(cls, FedAvg)
+
+
 def aggregates_clusterwise(strategy: Strategy) -> TypeGuard[ClusteredStrategy]:
     """Whether ``strategy`` forms its models with the shared cluster-wise rule of
     :class:`ClusteredStrategy` (and so takes a server optimizer and a robust rule), not with a
@@ -130,6 +137,7 @@ __all__ = [
     "TrainTask",
     "aggregates_clusterwise",
     "create_strategy",
+    "forms_clusters",
     "list_strategies",
     "make_client_hook",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
+from fedepth import composition
 from fedepth.models import create_model, get_state
 from fedepth_cli.main import main as fedepth_main
 from fedepth_coordinator.auth import read_credentials
@@ -198,8 +200,20 @@ def test_fleet_status_prints_the_table_and_cluster_map(
     assert "phase: training" in out and "cluster map:" in out
     for rid in robot_ids(4):
         assert rid in out
+    # each cluster by the labels its robots declared at Register, and the co-member shares
+    cmap = connect(server.port, "ops").cluster_map()
+    for k, members in enumerate(cmap.clusters):
+        labels = [robot_profile(rid).labels for rid in members]
+        made_of = composition.composition_label(
+            composition.composition_counts(range(len(members)), labels)
+        )
+        assert f"  cluster {k}: {made_of}: {', '.join(members)}" in out
+    assert "co-members with the robot's label (mean over robots): platform" in out
     assert fedepth_main([*args, "--json"]) == 0
-    assert '"phase": "training"' in capsys.readouterr().out
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["fleet"]["phase"] == "training"
+    assert [c["members"] for c in printed["fleet"]["clusters"]] == [list(m) for m in cmap.clusters]
+    assert set(printed["fleet"]["co_members"]) == {"platform", "environment", "both", "alone"}
     token_file.write_text("wrong")
     assert fedepth_main(args) == 2
     assert "UNAUTHENTICATED" in capsys.readouterr().err

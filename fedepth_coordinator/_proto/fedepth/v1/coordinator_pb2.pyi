@@ -368,6 +368,37 @@ class RobotStatus(_message.Message):
     last_seen_s: float
     def __init__(self, robot_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., num_samples: _Optional[int] = ..., has_descriptor: _Optional[bool] = ..., member: _Optional[bool] = ..., clusters: _Optional[_Iterable[int]] = ..., selected: _Optional[bool] = ..., reported: _Optional[bool] = ..., updates_accepted: _Optional[int] = ..., last_seen_s: _Optional[float] = ...) -> None: ...
 
+class ClusterComposition(_message.Message):
+    __slots__ = ("index", "members", "counts", "label")
+    class CountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    members: _containers.RepeatedScalarFieldContainer[str]
+    counts: _containers.ScalarMap[str, int]
+    label: str
+    def __init__(self, index: _Optional[int] = ..., members: _Optional[_Iterable[str]] = ..., counts: _Optional[_Mapping[str, int]] = ..., label: _Optional[str] = ...) -> None: ...
+
+class CoMemberShares(_message.Message):
+    __slots__ = ("platform", "environment", "both", "alone")
+    PLATFORM_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    BOTH_FIELD_NUMBER: _ClassVar[int]
+    ALONE_FIELD_NUMBER: _ClassVar[int]
+    platform: float
+    environment: float
+    both: float
+    alone: int
+    def __init__(self, platform: _Optional[float] = ..., environment: _Optional[float] = ..., both: _Optional[float] = ..., alone: _Optional[int] = ...) -> None: ...
+
 class RoundSummary(_message.Message):
     __slots__ = ("round", "selected", "accepted", "duration_s", "closed_by")
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -383,7 +414,7 @@ class RoundSummary(_message.Message):
     def __init__(self, round: _Optional[int] = ..., selected: _Optional[int] = ..., accepted: _Optional[int] = ..., duration_s: _Optional[float] = ..., closed_by: _Optional[str] = ...) -> None: ...
 
 class FleetStatus(_message.Message):
-    __slots__ = ("phase", "strategy", "round", "num_rounds", "min_robots", "deadline_unix", "quorum", "robots", "history", "model_card")
+    __slots__ = ("phase", "strategy", "round", "num_rounds", "min_robots", "deadline_unix", "quorum", "robots", "history", "model_card", "clusters", "co_members")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
@@ -394,6 +425,8 @@ class FleetStatus(_message.Message):
     ROBOTS_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     MODEL_CARD_FIELD_NUMBER: _ClassVar[int]
+    CLUSTERS_FIELD_NUMBER: _ClassVar[int]
+    CO_MEMBERS_FIELD_NUMBER: _ClassVar[int]
     phase: Phase
     strategy: str
     round: int
@@ -404,7 +437,9 @@ class FleetStatus(_message.Message):
     robots: _containers.RepeatedCompositeFieldContainer[RobotStatus]
     history: _containers.RepeatedCompositeFieldContainer[RoundSummary]
     model_card: str
-    def __init__(self, phase: _Optional[_Union[Phase, str]] = ..., strategy: _Optional[str] = ..., round: _Optional[int] = ..., num_rounds: _Optional[int] = ..., min_robots: _Optional[int] = ..., deadline_unix: _Optional[float] = ..., quorum: _Optional[int] = ..., robots: _Optional[_Iterable[_Union[RobotStatus, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[RoundSummary, _Mapping]]] = ..., model_card: _Optional[str] = ...) -> None: ...
+    clusters: _containers.RepeatedCompositeFieldContainer[ClusterComposition]
+    co_members: CoMemberShares
+    def __init__(self, phase: _Optional[_Union[Phase, str]] = ..., strategy: _Optional[str] = ..., round: _Optional[int] = ..., num_rounds: _Optional[int] = ..., min_robots: _Optional[int] = ..., deadline_unix: _Optional[float] = ..., quorum: _Optional[int] = ..., robots: _Optional[_Iterable[_Union[RobotStatus, _Mapping]]] = ..., history: _Optional[_Iterable[_Union[RoundSummary, _Mapping]]] = ..., model_card: _Optional[str] = ..., clusters: _Optional[_Iterable[_Union[ClusterComposition, _Mapping]]] = ..., co_members: _Optional[_Union[CoMemberShares, _Mapping]] = ...) -> None: ...
 
 class ReleaseRoundRequest(_message.Message):
     __slots__ = ("round",)
