@@ -4,17 +4,20 @@ Subscribes ``image`` (rgb8/bgr8) and ``camera_info`` with sensor-data QoS. Image
 drop-oldest queue (``queue_size``) to a worker thread, which from the first
 ``descriptor_frames`` frames computes the descriptor, asks the coordinator to route it (the
 ``robot_id`` principal's credentials) and loads the averaged model of the chosen clusters; with
-``coordinator: ""`` it uses the ``weights`` file alone. Then every frame, the routing frames
-included, gives ``depth_pred/image`` (32FC1 metres, the input header, NaN = invalid) and its
-sibling ``depth_pred/camera_info`` (the input camera_info unchanged, distortion included, with
-the image's header; ``mask_border`` blanks a margin the model was never trained on), and
-with ``publish_points`` ``depth_pred/points`` (PointCloud2, XYZ in the camera frame); outputs
-use ``output_qos`` (sensor data by default) and inference runs only while someone subscribes to
-one of them. With ``weights`` set, frames are answered with those
-(card-checked) weights while the node waits for routing. The decision (clusters, weights) is
-published on ``fedepth/route`` (latched: transient-local); ``/diagnostics`` says what the node
-is doing and why nothing is published. The routing calls (retries, drift monitor, re-route)
-are :mod:`fedepth_ros.routing`. Parameters: ``config/depth.yaml``, e.g.
+``coordinator: ""`` it uses the ``weights`` file alone. With ``follow_rounds`` (the default) it
+then reloads the routed clusters' models each time a round of the fleet closes, so that a node
+started with the fleet publishes the trained models, not the initial ones. Every frame, the
+routing frames included, gives ``depth_pred/image`` (32FC1 metres, the input header, NaN =
+invalid) and its sibling ``depth_pred/camera_info`` (the input camera_info unchanged,
+distortion included, with the image's header; ``mask_border`` blanks a margin the model was
+never trained on), and with ``publish_points`` ``depth_pred/points`` (PointCloud2, XYZ in the
+camera frame); outputs use ``output_qos`` (sensor data by default) and inference runs only
+while someone subscribes to one of them. With ``weights`` set, frames are answered with those
+(card-checked) weights while the node waits for routing. The decision (clusters, weights, the
+round whose models were loaded) is published on ``fedepth/route`` (latched: transient-local);
+``/diagnostics`` says what the node is doing and why nothing is published. The routing calls
+(retries, drift monitor, re-route) are :mod:`fedepth_ros.routing`. Parameters:
+``config/depth.yaml``, e.g.
 
     depth_node --ros-args --params-file config/depth.yaml -p coordinator:="''" \\
         -p weights:=model.safetensors -r image:=camera/image
@@ -28,6 +31,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -110,6 +114,16 @@ class DepthNode(WorkerNode):
             self.reroute = False
         self.monitor: DriftMonitor | None = None
         self.reroutes = 0
+        self.follow_period = float(params["follow_period"])
+        if not self.follow_period > 0:
+            raise NodeConfigError("follow_period must be > 0")
+        self.follow = bool(params["follow_rounds"]) and bool(self.coordinator)
+        #: rounds of the fleet closed when the loaded model was routed (None: not known)
+        self.routed_round: int | None = None
+        #: what the follower fetched for the worker to load: (decision, rounds closed)
+        self._refresh_ready: tuple[RouteDecision, int] | None = None
+        self._route_summaries: Mapping[str, np.ndarray] | None = None
+        self._follow_thread: threading.Thread | None = None
         self.queue: DropOldestQueue[Image] = DropOldestQueue(int(params["queue_size"]))
         self._pending_max = max(self.descriptor_frames, int(params["queue_size"]))
         self._k: np.ndarray | None = None
@@ -133,7 +147,7 @@ class DepthNode(WorkerNode):
         self.route_error: str | None = None
         #: the served model is not the local weights' (routing off for good)
         self.card_error: str | None = None
-        self._decision_ready: tuple[RouteDecision, Descriptor, DepthPredictor] | None = None
+        self._decision_ready: tuple[RouteDecision, Descriptor, DepthPredictor, int] | None = None
         self._route_thread: threading.Thread | None = None
         #: the served model, fetched at start (see _prepare); set once that is over
         self._served: DepthPredictor | None = None
@@ -248,6 +262,8 @@ class DepthNode(WorkerNode):
         self.worker.join(timeout=30.0)
         if self._route_thread is not None:
             self._route_thread.join(timeout=10.0)
+        if self._follow_thread is not None:
+            self._follow_thread.join(timeout=10.0)
         if self._served_thread.is_alive():
             self._served_thread.join(timeout=10.0)
         if self.processed:
@@ -272,6 +288,7 @@ class DepthNode(WorkerNode):
                 except queue.Empty:
                     # a decision that arrives after the last frame still answers the waiting ones
                     self._maybe_routed(pending)
+                    self._maybe_refreshed()
                     continue
                 try:
                     rgb = rosmsg.image_to_rgb(msg)
@@ -279,6 +296,7 @@ class DepthNode(WorkerNode):
                     log.warning(f"dropping image: {exc}", throttle_duration_sec=5.0)
                     continue
                 self._maybe_routed(pending)
+                self._maybe_refreshed()
                 if self.ready:
                     self._infer(msg, rgb)
                     if self.monitor is not None:
@@ -313,6 +331,9 @@ class DepthNode(WorkerNode):
         self.ready = True
         if self.reroute:
             self.monitor = self._make_monitor()
+        if self.follow:
+            self._follow_thread = threading.Thread(target=self._follow, name="follow", daemon=True)
+            self._follow_thread.start()
         for m, r in pending:
             if not self.answer_early:  # the waiting frames get depth from the routed model
                 self._infer(m, r)
@@ -404,30 +425,81 @@ class DepthNode(WorkerNode):
             log.error(self.route_error)
             return
         self.route_state = f"routing {len(frames)} frames at the coordinator {self.coordinator}"
-        decision = retry_until_stopped(
-            lambda: client.route(descriptor, include_model=True, summaries=summaries),
+        self._route_summaries = summaries
+        routed = retry_until_stopped(
+            lambda: self._route_now(client, descriptor, summaries),
             self.stop,
             lambda exc, backoff: self._retry("route", exc, backoff),
         )
-        if decision is None:
+        if routed is None:
             return
         self.route_error = None
         if self.reroute:  # drift is measured with the encoder that made the descriptor
             self.describer = predictor.clone()
-        self._decision_ready = (decision, descriptor, predictor)
+        decision, rounds = routed
+        self._decision_ready = (decision, descriptor, predictor, rounds)
+
+    @staticmethod
+    def _route_now(
+        client: CoordinatorClient,
+        descriptor: Descriptor,
+        summaries: Mapping[str, np.ndarray] | None,
+    ) -> tuple[RouteDecision, int]:
+        """The decision with the averaged model, and the rounds closed before it was asked
+        for (the model is at least that recent)."""
+        rounds = client.fleet_status().round
+        return client.route(descriptor, include_model=True, summaries=summaries), rounds
+
+    def _follow(self) -> None:
+        """On its own thread once routed: each time a round of the fleet has closed, route the
+        routed descriptor again for the clusters' new models (the worker loads them). A failed
+        check is logged and tried again a period later; the loaded model stays meanwhile."""
+        log = self.get_logger()
+        while not self.stop.wait(self.follow_period):
+            descriptor, known = self.routed_descriptor, self.routed_round
+            if descriptor is None or self._refresh_ready is not None:
+                continue
+            try:
+                client = self._client_once()
+                if known is not None and client.fleet_status().round <= known:
+                    continue
+                decision, rounds = self._route_now(client, descriptor, self._route_summaries)
+            except CoordinatorCallError as exc:
+                log.warning(
+                    f"following the fleet's rounds: {exc}; keeping the loaded model "
+                    f"(next check in {self.follow_period:g} s)",
+                    throttle_duration_sec=60.0,
+                )
+                continue
+            self._refresh_ready = (decision, rounds)
+
+    def _maybe_refreshed(self) -> None:
+        """Load what the follower fetched (on the worker, between two frames)."""
+        refreshed = self._refresh_ready
+        if refreshed is None or self.predictor is None or self.routed_descriptor is None:
+            return
+        self._refresh_ready = None
+        decision, rounds = refreshed
+        self._apply(decision, self.routed_descriptor, self.predictor, rounds)
 
     def _apply(
-        self, decision: RouteDecision, descriptor: Descriptor, predictor: DepthPredictor
+        self,
+        decision: RouteDecision,
+        descriptor: Descriptor,
+        predictor: DepthPredictor,
+        rounds: int | None,
     ) -> None:
         predictor.load_state(decision.state, source=f"route {decision.clusters}")
         self.predictor = predictor
         self.decision = decision
         self.routed_descriptor = descriptor
+        self.routed_round = rounds
         self._publish_route("coordinator", decision.clusters, decision.weights)
-        self.route_state = f"routed to clusters {decision.clusters}"
+        after = "" if rounds is None else f" after round {rounds}"
+        self.route_state = f"routed to clusters {decision.clusters}{after}"
         self.get_logger().info(
             f"routed {descriptor.num_frames} frames to clusters {decision.clusters} "
-            f"(weights {[round(w, 3) for w in decision.weights]})"
+            f"(weights {[round(w, 3) for w in decision.weights]}; their models{after or ' now'})"
         )
 
     # -- re-routing (off by default) -----------------------------------------------------------
@@ -444,9 +516,9 @@ class DepthNode(WorkerNode):
         routed = reroute_on_drift(monitor, self.describer.gem(rgb), self._client_once, log)
         if routed is None:
             return
-        decision, window = routed
+        decision, window, self._route_summaries = routed
         assert self.predictor is not None
-        self._apply(decision, window, self.predictor)
+        self._apply(decision, window, self.predictor, None)
         monitor.rerouted(window)
         self.reroutes += 1
 
@@ -458,6 +530,8 @@ class DepthNode(WorkerNode):
             "model": "" if self.predictor is None else card_of(self.predictor.model).describe(),
             "weights_file": self.weights if source == "local" else "",
             "descriptor_frames": self.descriptor_frames if source != "local" else 0,
+            # the fleet's rounds closed before the loaded models were fetched (-1: not known)
+            "round": -1 if self.routed_round is None or source == "local" else self.routed_round,
         }
         self.route_pub.publish(String(data=json.dumps(payload)))
 

@@ -143,6 +143,12 @@ DEPTH_NODE: ParamSpec = {
     ),
     "status_period": (1.0, "seconds between /diagnostics messages"),
     "queue_size": (2, "frames waiting for inference (drop-oldest)"),
+    "follow_rounds": (
+        True,
+        "once routed, reload the routed clusters' models each time a round of the fleet "
+        "closes, so that depth improves with the training (false: keep the first route's)",
+    ),
+    "follow_period": (5.0, "seconds between the checks for a closed round (follow_rounds)"),
     "reroute": (False, "re-route when the scene drifts (e.g. outdoors -> indoors)"),
     "reroute_window": (32, "frames in the sliding descriptor window"),
     "reroute_check_period": (8, "frames between drift checks"),

@@ -95,10 +95,10 @@ def reroute_on_drift(
     gem_vector: np.ndarray,
     client: Callable[[], CoordinatorClient],
     log: Log,
-) -> tuple[RouteDecision, Descriptor] | None:
+) -> tuple[RouteDecision, Descriptor, dict[str, np.ndarray]] | None:
     """Feed one frame's GeM vector to ``monitor``; on sustained drift, route the window (one
-    attempt) and return the decision with the window's descriptor. None: no drift, or the
-    route failed (logged; the current model stays)."""
+    attempt) and return the decision with the window's descriptor and summaries. None: no
+    drift, or the route failed (logged; the current model stays)."""
     window = monitor.add(gem_vector)
     if window is None:
         return None
@@ -112,4 +112,4 @@ def reroute_on_drift(
     except CoordinatorCallError as exc:
         log.warning(f"re-route failed, keeping the current model: {exc}")
         return None
-    return decision, window
+    return decision, window, summaries

@@ -300,6 +300,8 @@ def test_two_robots_federate_then_the_depth_node_serves_the_routed_model(
     assert route["source"] == "coordinator" and route["clusters"], route
     assert len(route["weights"]) == len(route["clusters"])
     assert sum(route["weights"]) == pytest.approx(1.0)
+    first = json.loads(listener.received["/unseen/fedepth/route#latched"][0][1].data)
+    assert first["round"] == 2, first  # started after the run: the last round's models
     preds = [m for _, m in listener.received["/unseen/depth_pred/image"]]
     got = [rosmsg.stamp_to_ns(m.header.stamp) for m in preds]
     assert set(got) <= set(stamps) and got == sorted(got)

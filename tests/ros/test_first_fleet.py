@@ -149,6 +149,18 @@ def test_every_command_of_the_first_fleet_runs_as_written(
         while phase() is not Phase.FINISHED:
             assert time.monotonic() - started < BUDGET_S, f"no finished run\n{all_logs()}"
             time.sleep(2.0)
+        # the depth node follows the rounds: it publishes from the last round's models
+        # (fedepth/route names the round) within a follow_period of the run's end
+        assert ops is not None
+        rounds = ops.fleet_status().num_rounds
+
+        def routed_round() -> int:
+            got = listener.received["/street/fedepth/route#latched"]
+            return int(json.loads(got[-1][1].data).get("round", -1)) if got else -1
+
+        while routed_round() < rounds:
+            assert time.monotonic() - started < BUDGET_S, f"not followed\n{all_logs()}"
+            time.sleep(1.0)
         # the blocks after the terminals, as written: the fleet table
         table = "\n".join(run(block) for block in after)
         assert "robot1" in table and "robot2" in table, table
