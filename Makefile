@@ -4,8 +4,9 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+FLOWER_STAMP := $(VENV)/.installed-flower
 
-.PHONY: help install demo test test-fast lint format proto bench clean
+.PHONY: help install install-flower demo test test-flower-deployment test-fast lint format proto bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -20,17 +21,28 @@ $(STAMP): requirements.txt requirements-weights.txt setup.py pyproject.toml
 
 install: $(STAMP)  ## create .venv and install the project and its dependencies
 
+# flwr 1.42 pins protobuf<7 (and more, see requirements-flower.txt): installed without
+# dependency resolution, so that pip keeps the protobuf the coordinator's stubs need
+$(FLOWER_STAMP): $(STAMP) requirements-flower.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements-flower.txt
+	@touch $(FLOWER_STAMP)
+
+install-flower: $(FLOWER_STAMP)  ## install, plus the optional Flower bridge (flwr 1.42; docs/flower.md)
+
 demo: $(STAMP)  ## run the main job on its embedded default
 	$(VENV)/bin/fedepth demo
 
-test: $(STAMP)  ## the layer contracts (lint-imports), then the whole test suite
+test: $(FLOWER_STAMP)  ## the layer contracts (lint-imports), then the whole test suite
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
-test-fast: $(STAMP)  ## the suite without tests marked slow
+test-flower-deployment: $(FLOWER_STAMP)  ## the Flower App on SuperLink + two SuperNodes (3-4 min, not in make test)
+	FEDEPTH_TEST_FLOWER_DEPLOYMENT=1 $(PY) -m pytest -q tests/test_flower.py -k deployment_runtime
+
+test-fast: $(FLOWER_STAMP)  ## the suite without tests marked slow
 	$(PY) -m pytest -q -m "not slow"
 
-lint: $(STAMP)  ## ruff (lint + format check), mypy and the layer contracts (lint-imports)
+lint: $(FLOWER_STAMP)  ## ruff (lint + format check), mypy and the layer contracts (lint-imports)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy

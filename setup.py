@@ -30,12 +30,16 @@ setup(
             "fedepth_coordinator.*",
             "fedepth_ros",
             "fedepth_ros.*",
+            # the optional Flower bridge; its flwr comes from requirements-flower.txt
+            "fedepth_flower",
+            "fedepth_flower.*",
         ]
     ),
     package_data={
         "fedepth": ["py.typed"],
         "fedepth_cli": ["py.typed"],
         "fedepth_coordinator": ["py.typed"],
+        "fedepth_flower": ["py.typed"],
         "fedepth_ros": ["fastdds_large_data.xml"],
     },
     data_files=[

@@ -1,8 +1,9 @@
 """The layers hold at run time: importing every module of a package loads nothing above it.
 
-``fedepth`` (the core library) loads neither gRPC, protobuf nor ROS, nor the packages built on
-it; ``fedepth_coordinator`` loads no ROS and neither the nodes nor the command line. Each check
-runs in a fresh interpreter, so that nothing this test process imported earlier hides a load.
+``fedepth`` (the core library) loads neither gRPC, protobuf, ROS nor Flower, nor the packages
+built on it; ``fedepth_coordinator`` loads no ROS, no Flower and neither the nodes nor the
+command line. Each check runs in a fresh interpreter, so that nothing this test process
+imported earlier hides a load.
 The same rules, as import contracts over the source, are checked by ``lint-imports``
 (``[tool.importlinter]`` in pyproject.toml, run by ``make lint`` and ``make test``).
 """
@@ -32,8 +33,18 @@ FORBIDDEN = {
         "fedepth_coordinator",
         "fedepth_ros",
         "fedepth_cli",
+        "fedepth_flower",
+        "flwr",
     ),
-    "fedepth_coordinator": ("rclpy", "sensor_msgs", "std_msgs", "fedepth_ros", "fedepth_cli"),
+    "fedepth_coordinator": (
+        "rclpy",
+        "sensor_msgs",
+        "std_msgs",
+        "fedepth_ros",
+        "fedepth_cli",
+        "fedepth_flower",
+        "flwr",
+    ),
 }
 
 #: imports every module of the package named by argv[1] (``__main__`` modules would run

@@ -36,7 +36,7 @@ from fedepth.sim.executors import (
     make_executor,
     run_job,
 )
-from fedepth.sim.fleet import Fleet, prepare_fleet
+from fedepth.sim.fleet import Fleet, describe_client, fleet_extractor, prepare_fleet
 from fedepth.sim.pretraining import initial_model, pretrain
 from fedepth.sim.records import (
     TABLE_METRICS,
@@ -68,10 +68,12 @@ __all__ = [
     "Simulation",
     "client_seed",
     "config_dict",
+    "describe_client",
     "distinct_payloads",
     "eval_indices",
     "evaluate_sequence",
     "final_metrics",
+    "fleet_extractor",
     "initial_model",
     "make_executor",
     "prepare_fleet",

@@ -1,7 +1,9 @@
 """A scenario prepared for simulation: descriptors of its clients and unseen test sequences.
 
 :func:`prepare_fleet` describes every client (and its PACFL subspace basis) from frames
-sampled over its data, and every test sequence from its first frames, into a :class:`Fleet`.
+sampled over its data, and every test sequence from its first frames, into a :class:`Fleet`;
+:func:`describe_client` is its description of one client, which a federated node (the Flower
+bridge's ClientApp) runs on its own data.
 """
 
 from __future__ import annotations
@@ -60,6 +62,35 @@ class _ConcatenatedFrames:
         return self.parts[k][int(i - self.offsets[k])]
 
 
+def fleet_extractor(encoder_model: FeatureExtractor, config: SimConfig) -> DescriptorExtractor:
+    """The descriptor extractor of a run: ``encoder_model``'s frozen encoder over the
+    configured maps, ``config.descriptor_frames`` frames sampled with the run's seed."""
+    return DescriptorExtractor(
+        functools.partial(encoder_model.forward_features, layers=config.descriptor_layers),
+        num_frames=config.descriptor_frames,
+        seed=config.seed,
+    )
+
+
+def describe_client(
+    client: Client, extractor: DescriptorExtractor, config: SimConfig
+) -> ClientInfo:
+    """One training client's :class:`ClientInfo`: its descriptor from frames sampled over all
+    of its data, its PACFL subspace basis, its labels (what :func:`prepare_fleet` computes for
+    each client, and a federated node for its own)."""
+    desc, feats = extractor.extract_with_features(
+        _client_rgb(client), to_tensor=lambda img: descriptor_rgb(img, config.image_size)
+    )
+    basis = clustering.subspace_basis(feats.T, config.pacfl_basis)
+    return ClientInfo(
+        client.name,
+        client.num_samples,
+        desc,
+        labels={"platform": client.platform, "environment": client.environment},
+        extra={BASIS_KEY: basis},
+    )
+
+
 def prepare_fleet(
     scenario: Scenario,
     encoder_model: FeatureExtractor,
@@ -79,27 +110,13 @@ def prepare_fleet(
     def to_tensor(img: Any) -> torch.Tensor:
         return descriptor_rgb(img, size)
 
-    extractor = DescriptorExtractor(
-        functools.partial(encoder_model.forward_features, layers=config.descriptor_layers),
-        num_frames=config.descriptor_frames,
-        seed=config.seed,
-    )
-    infos = []
-    for c in tqdm(
-        scenario.clients, desc="descriptors", unit="client", leave=False, disable=not progress
-    ):
-        frames = _client_rgb(c)
-        desc, feats = extractor.extract_with_features(frames, to_tensor=to_tensor)
-        basis = clustering.subspace_basis(feats.T, config.pacfl_basis)
-        infos.append(
-            ClientInfo(
-                c.name,
-                c.num_samples,
-                desc,
-                labels={"platform": c.platform, "environment": c.environment},
-                extra={BASIS_KEY: basis},
-            )
+    extractor = fleet_extractor(encoder_model, config)
+    infos = [
+        describe_client(c, extractor, config)
+        for c in tqdm(
+            scenario.clients, desc="descriptors", unit="client", leave=False, disable=not progress
         )
+    ]
     queries = []
     for seq in scenario.test:
         n = min(len(seq), config.descriptor_frames)

@@ -179,11 +179,9 @@ class Simulation:
                     for r in jobs.results
                 },
             )
-            last = rnd >= cfg.rounds - cfg.last_rounds
-            if last or (cfg.eval_every and (rnd + 1) % cfg.eval_every == 0):
-                rec.test, rec.routes, samples = self.evaluate(strategy)
-                if last:
-                    rec.candidates = self.score_candidates(strategy, rec.routes) or None
+            pictures = self.evaluate_round(strategy, rec)
+            if pictures is not None:
+                samples = pictures
             records.append(rec)
             if checkpoint is not None:
                 meta, states = strategy.state_dict()
@@ -213,6 +211,22 @@ class Simulation:
             params,
             strategy,
         )
+
+    def evaluate_round(
+        self, strategy: Strategy, rec: RoundRecord
+    ) -> dict[str, list[Sample]] | None:
+        """Evaluate after round ``rec.round`` where a run does (its last ``last_rounds`` rounds
+        and every ``eval_every``-th): fills ``rec``'s test metrics and routes and, in the
+        averaged rounds, its route candidates; returns the pictures (None: not evaluated).
+        What every transport that drives ``strategy`` round by round calls after a round."""
+        cfg = self.config
+        last = rec.round >= cfg.rounds - cfg.last_rounds
+        if not (last or (cfg.eval_every and (rec.round + 1) % cfg.eval_every == 0)):
+            return None
+        rec.test, rec.routes, samples = self.evaluate(strategy)
+        if last:
+            rec.candidates = self.score_candidates(strategy, rec.routes) or None
+        return samples
 
     def evaluate(
         self, strategy: Router
