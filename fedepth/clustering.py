@@ -6,18 +6,21 @@ Everything here is a pure function on numpy arrays:
   diagonal Gaussians N(mu, diag(var)), in closed form and vectorized over all pairs (computed
   in :mod:`fedepth.jeffreys`, re-exported here).
 - :func:`soft_cluster_map`: ``M[i, j] = A[i, j] <= tau``; row i is the cluster seeded by client i.
-- :func:`merge_subsets`: drop duplicate rows and rows that are proper subsets of another row.
+- :func:`merge_subsets`: drop duplicate rows and rows that are proper subsets of another row
+  (the paper's merge rule; it and the other rules live in :mod:`fedepth.cluster_rules`).
 - :func:`overlap_ratio`, :func:`calibrate_tau`: the overlap-driven choice of tau (paper: 20 %
   on HPE); :func:`match_partition`: the tau whose clusters best reproduce a hard partition
-  (paper, BMR: "closely approximate those of the hard clustering method").
-- :func:`route`: the paper's sequence-level routing of an unseen descriptor.
+  (paper, BMR: "closely approximate those of the hard clustering method"). Each takes the
+  merge rule (``merge=``, default the paper's ``subsets``): the overlap is that of the map the
+  rule merges.
+- :func:`route`: the paper's sequence-level routing of an unseen descriptor (re-exported from
+  :mod:`fedepth.cluster_rules` with the other routing rules).
 - :func:`hard_clusters`: agglomerative clustering (average linkage) cut at tau, used by the
   ``hard`` and PACFL baselines; :func:`principal_angle_matrix` is PACFL's proximity.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,11 +30,14 @@ from scipy import sparse
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
+from fedepth.cluster_rules import MERGE_RULES, BoolArray, check_merge, maximal_rows
+from fedepth.cluster_rules import canonical_rows as _canonical_rows
+from fedepth.cluster_rules import cluster_scores as cluster_scores
+from fedepth.cluster_rules import merge_subsets as merge_subsets
+from fedepth.cluster_rules import route as route
 from fedepth.jeffreys import ROW_BLOCK, FloatArray
 from fedepth.jeffreys import jeffreys_cross as jeffreys_cross
 from fedepth.jeffreys import jeffreys_matrix as jeffreys_matrix
-
-BoolArray = npt.NDArray[np.bool_]
 
 
 def _check_square(A: npt.ArrayLike) -> np.ndarray:
@@ -53,76 +59,6 @@ def soft_cluster_map(A: npt.ArrayLike, tau: float) -> BoolArray:
     if tau < 0:
         raise ValueError(f"tau must be >= 0, got {tau}")
     return a <= tau
-
-
-def merge_subsets(M: npt.ArrayLike) -> BoolArray:
-    """Merge redundant clusters: the K x N map of the maximal distinct rows of ``M``.
-
-    A row whose client set equals another row's, or is a proper subset of another row's, is
-    absorbed by that row. The paper repeats this until nothing changes; since "is a subset of"
-    is transitive, one pass that keeps exactly the maximal sets is already that fixed point.
-    Rows are returned in a canonical order (by their smallest member, then by size), so the
-    result depends on the client order only through the relabelling of the columns. Empty rows
-    are dropped. Every client that belongs to a row of ``M`` belongs to a row of the result.
-    """
-    m = np.asarray(M, dtype=bool)
-    if m.ndim != 2:
-        raise ValueError(f"the cluster map must be 2-D (K x N), got shape {m.shape}")
-    n = m.shape[1]
-    m = m[m.any(axis=1)]
-    if m.shape[0] == 0:
-        return np.zeros((0, n), dtype=bool)
-    rows = np.unpackbits(np.unique(np.packbits(m, axis=1), axis=0), axis=1, count=n)
-    keep = _maximal_rows(sparse.csr_matrix(rows, dtype=np.int32))
-    return _canonical_order(rows[keep].astype(bool))
-
-
-def _maximal_rows(S: sparse.csr_matrix) -> np.ndarray:
-    """Indices of the rows of a binary sparse map that no other row dominates.
-
-    Row i is dominated by row j if it is a proper subset of j, or equal to j with j < i (so one
-    row of each group of duplicates survives). Both are read off the intersection counts
-    ``C = S S^T``: ``C[i, j] == |i|`` means i is contained in j. The cost is that of the sparse
-    product, small when clusters are small compared with the fleet; rows with one member are
-    left out of it when the map is a neighbourhood map (see :meth:`_PairMap.merged`).
-    """
-    S = sparse.csr_matrix(S)
-    size = np.diff(S.indptr)
-    C = (S @ S.T).tocsr()
-    rows = np.repeat(np.arange(S.shape[0]), np.diff(C.indptr))
-    inside = C.data == size[rows]  # row i is contained in row j (i == j included)
-    i, j = rows[inside], C.indices[inside]
-    dominated = (size[j] > size[i]) | ((size[j] == size[i]) & (j < i))
-    drop = np.zeros(S.shape[0], dtype=bool)
-    drop[i[dominated]] = True
-    drop |= size == 0
-    return np.flatnonzero(~drop)
-
-
-def _canonical_order(m: BoolArray) -> BoolArray:
-    """Rows sorted by (first member, larger first, membership bytes): a total order, since the
-    rows of a merged map are distinct."""
-    if m.shape[0] <= 1:
-        return m
-    return m[_canonical_rows(sparse.csr_matrix(m))]
-
-
-def _canonical_rows(S: sparse.csr_matrix) -> np.ndarray:
-    """The row order of :func:`_canonical_order` for a sparse map without empty rows; the bytes
-    are compared only within ties of the first two keys."""
-    S = sparse.csr_matrix(S)
-    S.sort_indices()
-    size = np.diff(S.indptr)
-    first = S.indices[S.indptr[:-1]]
-    order = np.lexsort((-size, first))
-    key = np.stack([first[order], size[order]], axis=1)
-    starts = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]).any(axis=1), True])
-    for a, b in itertools.pairwise(starts):
-        if b - a > 1:  # equal first member and size: order by the membership bytes
-            tied = order[a:b]
-            packed = np.packbits(S[tied].toarray().astype(bool), axis=1)
-            order[a:b] = tied[sorted(range(b - a), key=lambda r: packed[r].tobytes())]
-    return order
 
 
 def overlap_ratio(M_star: npt.ArrayLike) -> float:
@@ -154,16 +90,17 @@ class Clustering:
         return [np.flatnonzero(col).tolist() for col in self.M_star.T]
 
 
-def soft_clustering(A: npt.ArrayLike, tau: float) -> Clustering:
+def soft_clustering(A: npt.ArrayLike, tau: float, *, merge: str = "subsets") -> Clustering:
     """Threshold, merge and measure: the FeDepth clustering at a given tau.
 
-    Equal to ``merge_subsets(soft_cluster_map(A, tau))``, computed on the sparse pairs within
-    tau (cheaper when clusters are small compared with the fleet).
+    Equal to ``cluster_rules.merge(soft_cluster_map(A, tau), merge)`` (the paper's rule:
+    ``merge_subsets(soft_cluster_map(A, tau))``) for a symmetric A, computed on the pairs within
+    tau (the paper's rule sparsely: cheaper when clusters are small compared with the fleet).
     """
     a = _check_square(A)
     if tau < 0:
         raise ValueError(f"tau must be >= 0, got {tau}")
-    return _PairMap(a, tau).clustering(tau)
+    return _PairMap(a, tau, merge).clustering(tau)
 
 
 #: Up to this many distinct candidate thresholds calibrate_tau evaluates every one.
@@ -177,9 +114,13 @@ OVERLAP_TOLERANCE = 0.0025
 
 
 class _PairMap:
-    """The soft maps of one matrix for every tau up to ``t_max``, from its sparse pairs."""
+    """The soft maps of one matrix for every tau up to ``t_max``, from its sparse pairs, merged
+    by the rule named ``merge`` (:data:`~fedepth.cluster_rules.MERGE_RULES`). The paper's
+    ``subsets`` is computed sparsely; the other rules on the dense N x N map, meant for fleets
+    of up to a few thousand clients."""
 
-    def __init__(self, a: np.ndarray, t_max: float) -> None:
+    def __init__(self, a: np.ndarray, t_max: float, merge: str = "subsets") -> None:
+        self.rule = check_merge(merge)
         n = a.shape[0]
         rows, cols, vals = [], [], []
         for i0 in range(0, n, ROW_BLOCK):  # strict upper triangle, a block of rows at a time
@@ -205,6 +146,9 @@ class _PairMap:
         client without neighbours is a maximal singleton and only the others enter the
         subset test.
         """
+        if self.rule != "subsets":
+            rows = MERGE_RULES[self.rule](self._dense_map(tau))
+            return sparse.csr_matrix(rows.astype(np.int32))
         sel = self.a <= tau
         i, j = self.i[sel], self.j[sel]
         linked = np.zeros(self.n, dtype=bool)
@@ -216,12 +160,20 @@ class _PairMap:
         S = sparse.csr_matrix((np.ones(r.size, dtype=np.int32), (r, c)), shape=(self.n, self.n))
         if nodes.size == 0:
             return S
-        keep = nodes[_maximal_rows(S[nodes])]
+        keep = nodes[maximal_rows(S[nodes])]
         lonely = np.flatnonzero(~linked)
         return S[np.concatenate([keep, lonely])]
 
+    def _dense_map(self, tau: float) -> BoolArray:
+        """The symmetric soft map at ``tau`` (N x N, diagonal set), from the pairs."""
+        sel = self.a <= tau
+        m = np.eye(self.n, dtype=bool)
+        m[self.i[sel], self.j[sel]] = True
+        m[self.j[sel], self.i[sel]] = True
+        return m
+
     def overlap(self, tau: float) -> float:
-        if self.n <= DENSE_LIMIT:
+        if self.rule == "subsets" and self.n <= DENSE_LIMIT:
             return self._overlap_dense(tau)
         counts = np.asarray(self.merged(tau).sum(axis=0)).ravel()
         return float((counts >= 2).mean())
@@ -254,9 +206,18 @@ class _PairMap:
 
 
 def calibrate_tau(
-    A: npt.ArrayLike, overlap: float, *, exhaustive_limit: int = EXHAUSTIVE_LIMIT
+    A: npt.ArrayLike,
+    overlap: float,
+    *,
+    exhaustive_limit: int = EXHAUSTIVE_LIMIT,
+    merge: str = "subsets",
 ) -> float:
-    """The tau whose merged soft map has the overlap ratio closest to ``overlap`` (in [0, 1]).
+    """The tau whose merged soft map has the overlap ratio closest to ``overlap`` (in [0, 1];
+    the strategies and the command line take [0, 1), see :class:`~fedepth.strategies.fedepth.
+    TauRule`).
+
+    The map is merged by the rule named ``merge`` (default the paper's ``subsets``), the rule
+    the clusters will be formed by.
 
     The map only changes at the distinct off-diagonal values of A, so those values are the
     candidate thresholds (tau = a value includes that pair). With at most ``exhaustive_limit``
@@ -274,28 +235,33 @@ def calibrate_tau(
     (no client is in two clusters), as do all-singletons; the target 0 therefore returns the
     smallest candidate threshold.
     """
-    return calibrate(A, overlap, exhaustive_limit=exhaustive_limit).tau
+    return calibrate(A, overlap, exhaustive_limit=exhaustive_limit, merge=merge).tau
 
 
 def calibrate(
-    A: npt.ArrayLike, overlap: float, *, exhaustive_limit: int = EXHAUSTIVE_LIMIT
+    A: npt.ArrayLike,
+    overlap: float,
+    *,
+    exhaustive_limit: int = EXHAUSTIVE_LIMIT,
+    merge: str = "subsets",
 ) -> Clustering:
     """The clustering at :func:`calibrate_tau`'s threshold, built from the pairs the search has
     already gathered (one scan of A fewer than ``soft_clustering(A, calibrate_tau(A, r))``,
-    which it equals)."""
+    which it equals, for the same ``merge`` rule)."""
     a = _check_square(A)
+    check_merge(merge)
     if not 0.0 <= overlap <= 1.0:
         raise ValueError(f"the target overlap ratio must lie in [0, 1], got {overlap}")
     n = a.shape[0]
     if n == 1:
-        return _PairMap(a, 0.0).clustering(0.0)
+        return _PairMap(a, 0.0, merge).clustering(0.0)
     upper = a[np.triu_indices(n, 1)] if n <= 2048 else None
     if upper is not None:
         cand = np.unique(upper[np.isfinite(upper)])
         if cand.size == 0:
-            return _PairMap(a, 0.0).clustering(0.0)
+            return _PairMap(a, 0.0, merge).clustering(0.0)
         if cand.size <= exhaustive_limit:
-            pairs = _PairMap(a, float(cand[-1]))
+            pairs = _PairMap(a, float(cand[-1]), merge)
             errors = np.array([abs(pairs.overlap(t) - overlap) for t in cand])
             # argmin: the smallest tau of the ties
             return pairs.clustering(float(cand[int(np.argmin(errors))]))
@@ -304,7 +270,7 @@ def calibrate(
     best_tau, best_err, best_pairs = np.inf, np.inf, None
     fraction = min(0.01, 16.0 / n)  # start near a handful of neighbours per client
     while True:
-        pairs = _PairMap(a, _pair_quantile(a, fraction))
+        pairs = _PairMap(a, _pair_quantile(a, fraction), merge)
         cand = np.unique(pairs.a)
         if cand.size:
             tau, err = _grid_search(pairs, cand, overlap, tolerance)
@@ -312,7 +278,7 @@ def calibrate(
                 best_tau, best_err, best_pairs = tau, err, pairs
         if fraction >= 1.0 or best_err <= tolerance:
             if best_pairs is None:
-                return _PairMap(a, 0.0).clustering(0.0)
+                return _PairMap(a, 0.0, merge).clustering(0.0)
             return best_pairs.clustering(float(best_tau))
         fraction = min(1.0, fraction * 4)
 
@@ -347,9 +313,14 @@ def _pairs_together(M: npt.ArrayLike) -> BoolArray:
 
 
 def match_partition(
-    A: npt.ArrayLike, reference: npt.ArrayLike, *, exhaustive_limit: int = EXHAUSTIVE_LIMIT
+    A: npt.ArrayLike,
+    reference: npt.ArrayLike,
+    *,
+    exhaustive_limit: int = EXHAUSTIVE_LIMIT,
+    merge: str = "subsets",
 ) -> Clustering:
-    """The soft clustering of A whose grouping best reproduces ``reference`` (a K x N map).
+    """The soft clustering of A whose grouping best reproduces ``reference`` (a K x N map),
+    its clusters merged by the rule named ``merge`` (default the paper's ``subsets``).
 
     The paper's BMR protocol: "we set tau such that the resulting cluster assignments closely
     approximate those of the hard clustering method". Candidates are the distinct off-diagonal
@@ -363,19 +334,20 @@ def match_partition(
     :func:`calibrate`'s tens of thousands.
     """
     a = _check_square(A)
+    check_merge(merge)
     ref = np.asarray(reference, dtype=bool)
     n = a.shape[0]
     if ref.ndim != 2 or ref.shape[1] != n:
         raise ValueError(f"the reference map must be K x {n}, got shape {ref.shape}")
     if n == 1:
-        return _PairMap(a, 0.0).clustering(0.0)
+        return _PairMap(a, 0.0, merge).clustering(0.0)
     upper = a[np.triu_indices(n, 1)]
     cand = np.unique(upper[np.isfinite(upper)])
     if cand.size == 0:
-        return _PairMap(a, 0.0).clustering(0.0)
+        return _PairMap(a, 0.0, merge).clustering(0.0)
     if cand.size > exhaustive_limit:
         cand = np.unique(np.quantile(cand, np.linspace(0.0, 1.0, exhaustive_limit)))
-    pairs = _PairMap(a, float(cand[-1]))
+    pairs = _PairMap(a, float(cand[-1]), merge)
     target = _pairs_together(ref)  # once, not per candidate
     best_tau, best_score = float(cand[0]), -1.0
     for t in cand:
@@ -415,37 +387,6 @@ def _grid_search(
         lo = int(idx[max(0, j - 1)])
         hi = int(idx[min(idx.size - 1, j + 1)])
     return float(cand[best_i]), best_e
-
-
-def route(divergences_to_clients: npt.ArrayLike, M_star: npt.ArrayLike, tau: float) -> list[int]:
-    """Clusters an unseen sequence is routed to (paper, Sec. 3.3 "Inference").
-
-    ``S_k`` is the mean divergence from the sequence to the members of cluster k; every k with
-    ``S_k <= tau`` is returned (ascending), else the single nearest cluster (lowest index on ties).
-    """
-    d = np.asarray(divergences_to_clients, dtype=np.float64).reshape(-1)
-    m = np.asarray(M_star, dtype=bool)
-    if m.ndim != 2 or m.shape[0] == 0:
-        raise ValueError(f"the cluster map must be K x N with K > 0, got shape {m.shape}")
-    if m.shape[1] != d.size:
-        raise ValueError(f"{d.size} divergences given for a map of {m.shape[1]} clients")
-    if np.isnan(d).any():
-        raise ValueError("divergences contain NaN")
-    counts = m.sum(axis=1)
-    if (counts == 0).any():
-        raise ValueError("the cluster map has an empty cluster")
-    scores = (m @ d) / counts
-    chosen = np.flatnonzero(scores <= tau)
-    if chosen.size:
-        return chosen.tolist()
-    return [int(np.argmin(scores))]
-
-
-def cluster_scores(divergences_to_clients: npt.ArrayLike, M_star: npt.ArrayLike) -> FloatArray:
-    """``S_k``: the mean divergence to the members of each cluster (K,)."""
-    m = np.asarray(M_star, dtype=bool)
-    d = np.asarray(divergences_to_clients, dtype=np.float64).reshape(-1)
-    return np.asarray((m @ d) / m.sum(axis=1), dtype=np.float64)
 
 
 def labels_to_map(labels: Sequence[int] | npt.ArrayLike) -> BoolArray:
