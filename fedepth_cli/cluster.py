@@ -43,17 +43,23 @@ def _load_descriptors(path: Path) -> tuple[np.ndarray, np.ndarray, list[str] | N
 
 def cmd_cluster(args: argparse.Namespace) -> int:
     from fedepth import clustering
+    from fedepth.cluster_rules import MERGE_RULES
 
     if args.tau is not None and (not np.isfinite(args.tau) or args.tau < 0):
         raise CliError(f"--tau must be a finite number >= 0, got {args.tau}")
-    if args.overlap is not None and not 0.0 <= args.overlap <= 1.0:
-        raise CliError(f"--overlap must lie in [0, 1], got {args.overlap}")
+    if args.overlap is not None and not 0.0 <= args.overlap < 1.0:
+        raise CliError(
+            f"--overlap must lie in [0, 1], 1 excluded (one cluster of everyone, the paper's "
+            f"100 %, is a --tau above every divergence), got {args.overlap}"
+        )
+    if args.merge not in MERGE_RULES:
+        raise CliError(f"unknown merge rule {args.merge!r}; known: {', '.join(MERGE_RULES)}")
     means, variances, names = _load_descriptors(Path(args.descriptors))
     A = clustering.jeffreys_matrix(means, variances)
     result = (
-        clustering.soft_clustering(A, args.tau)
+        clustering.soft_clustering(A, args.tau, merge=args.merge)
         if args.tau is not None
-        else clustering.calibrate(A, args.overlap)
+        else clustering.calibrate(A, args.overlap, merge=args.merge)
     )
     label: Callable[[int], Any] = (lambda i: names[i]) if names else (lambda i: i)
     out = {
@@ -62,6 +68,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         "K": result.num_clusters,
         "overlap_ratio": result.overlap,
         "target_overlap": args.overlap,
+        "merge": args.merge,
         "clusters": [[label(i) for i in c] for c in result.clusters()],
         "memberships": {str(label(i)): m for i, m in enumerate(result.memberships())},
     }
@@ -84,6 +91,14 @@ def add_parsers(sub: Any) -> None:
     g.add_argument(
         "--overlap",
         type=float,
-        help="target overlap ratio in [0, 1]; tau is calibrated to reach it",
+        help="target overlap ratio in [0, 1); tau is calibrated to reach it",
+    )
+    p.add_argument(
+        "--merge",
+        default="subsets",
+        metavar="RULE",
+        help="how redundant neighbourhoods merge: subsets (default, the paper's: a subset of "
+        "another is absorbed), duplicates (only equal ones), cliques (clusters of clients "
+        "mutually within tau); see fedepth.cluster_rules",
     )
     p.set_defaults(func=cmd_cluster)

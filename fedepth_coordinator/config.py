@@ -114,7 +114,7 @@ class RoundsConfig:
 class StrategyConfig:
     #: Method name, one of fedepth.strategies.list_strategies().
     name: str = "fedepth"
-    #: Keyword arguments of the strategy (fedepth: overlap or tau).
+    #: Keyword arguments of the strategy (fedepth: overlap or tau, merge and routing rules).
     params: Mapping[str, Any] = field(default_factory=lambda: {"overlap": 0.2})
 
 

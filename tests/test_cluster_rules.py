@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,6 +13,10 @@ from hypothesis.extra import numpy as hnp
 
 from fedepth import cluster_rules as R
 from fedepth import clustering as C
+from fedepth.descriptor import Descriptor
+from fedepth.sim import strategy_outputs
+from fedepth.strategies import ClientInfo, create_strategy
+from fedepth_cli.main import main
 
 # "The star absorbs the triangle": client 0 (the hub) is within tau = 1 of everyone, clients
 # 1, 2, 3 (the triangle) are within 0.5 of each other, the leaves 4 and 5 are near the hub
@@ -164,3 +171,129 @@ def test_presets_and_names() -> None:
         R.resolve_rules(merge="nope")
     with pytest.raises(ValueError, match="known: within-tau, nearest, near-nearest"):
         R.check_routing("nope")
+
+
+# The star again as a fleet: with unit variances J(i, j) = |mu_i - mu_j|^2. Hub (0, 0); the
+# triangle (1, 0), (1.1, 0.1), (1.1, -0.1) (within 0.04 of each other, 1 - 1.22 of the hub);
+# leaves (-1, 0) and (0, 1) (1 from the hub, 2 from each other, >= 2 from the triangle).
+STAR_MUS = [(0.0, 0.0), (1.0, 0.0), (1.1, 0.1), (1.1, -0.1), (-1.0, 0.0), (0.0, 1.0)]
+
+
+def _desc(mu: tuple[float, float]) -> Descriptor:
+    return Descriptor(mean=np.array(mu), var=np.ones(2), num_frames=10)
+
+
+def _fleet() -> list[ClientInfo]:
+    return [ClientInfo(f"c{i}", 10, _desc(mu)) for i, mu in enumerate(STAR_MUS)]
+
+
+def _state() -> dict[str, np.ndarray]:
+    return {"w": np.zeros(1)}
+
+
+def test_fedepth_takes_the_rules_and_its_state_keeps_them() -> None:
+    paper = create_strategy("fedepth", tau=1.25)
+    paper.initialize(_fleet(), _state())
+    assert _sets(paper.M_star) == [[0, 1, 2, 3, 4, 5]]
+    s = create_strategy("fedepth", tau=1.25, merge="cliques", routing="nearest")
+    s.initialize(_fleet(), _state())
+    assert _sets(s.M_star) == [[0, 1, 2, 3], [0, 5], [0, 4]]
+    # a sequence at (0.6, 0): S = [0.26, 0.86, 1.46] over the three cliques
+    seq = _desc((0.6, 0.0))
+    np.testing.assert_allclose(s.cluster_scores(seq), [0.26, 0.86, 1.46])
+    assert s.route(seq).clusters == [0]
+    by = {
+        r: create_strategy("fedepth", tau=1.25, merge="cliques", routing=r)
+        for r in R.ROUTING_RULES
+    }
+    for strategy in by.values():
+        strategy.initialize(_fleet(), _state())
+    assert by["within-tau"].route(seq).clusters == [0, 1]
+    assert by["near-nearest"].route(seq).clusters == [0, 1, 2]  # S <= 0.26 + 1.25
+    # the rules travel with the state: a coordinator resumed with the defaults keeps them
+    meta, states = s.state_dict()
+    assert (meta["merge"], meta["routing"]) == ("cliques", "nearest")
+    fresh = create_strategy("fedepth", tau=1.25)
+    fresh.initialize(_fleet(), _state())
+    fresh.load_state_dict(meta, states)
+    assert fresh.rules_meta() == {"merge": "cliques", "routing": "nearest"}
+    assert fresh.route(seq).clusters == [0]
+    # a state saved before the rules existed was made by the paper's
+    old = {k: v for k, v in meta.items() if k not in ("merge", "routing")}
+    fresh.load_state_dict(old, states)
+    assert fresh.rules_meta() == {"merge": "subsets", "routing": "within-tau"}
+    # the records name them next to the threshold rule
+    _, params = strategy_outputs(s, {"merge": "cliques", "routing": "nearest"})
+    assert params["merge"] == "cliques" and params["routing"] == "nearest"
+    assert strategy_outputs(paper, {"tau": 1.25})[1]["merge"] == "subsets"
+
+
+def test_hard_clustering_calibrates_on_its_merge_rule() -> None:
+    A = C.jeffreys_matrix(np.array(STAR_MUS), np.ones((6, 2)))
+    hard = create_strategy("hard", overlap=0.2, merge="cliques")
+    hard.initialize(_fleet(), _state())
+    assert hard.tau == C.calibrate_tau(A, 0.2, merge="cliques")
+    assert hard.tau != C.calibrate_tau(A, 0.2)  # the paper's rule never leaves the hub in two
+    assert create_strategy("hard").rules_meta() == {"merge": "subsets", "routing": "nearest"}
+    # average linkage at tau 1.4: the hub joins leaf 4 (1) before the triangle (mean 1.15):
+    # {0, 4}, {1, 2, 3}, {5}; the sequence at (0.6, 0) has S = [1.46, 0.227, 1.36]: within
+    # tau clusters 1 and 2, the nearest 1 alone
+    within = create_strategy("hard", tau=1.4, routing="within-tau")
+    within.initialize(_fleet(), _state())
+    assert _sets(within.M_star) == [[0, 4], [1, 2, 3], [5]]
+    assert within.route(_desc((0.6, 0.0))).clusters == [1, 2]
+    assert within.state_dict()[0]["routing"] == "within-tau"
+    nearest = create_strategy("hard", tau=1.4)
+    nearest.initialize(_fleet(), _state())
+    assert nearest.route(_desc((0.6, 0.0))).clusters == [1]
+
+
+def test_strategies_refuse_unknown_rules_and_an_overlap_of_one() -> None:
+    with pytest.raises(ValueError, match="unknown merge rule 'wide'; known: subsets"):
+        create_strategy("fedepth", merge="wide")
+    with pytest.raises(ValueError, match="unknown routing rule 'all'"):
+        create_strategy("hard", routing="all")
+    with pytest.raises(ValueError, match="unknown rules preset"):
+        create_strategy("fedepth", rules="ours")
+    for overlap in (1.0, -0.1):
+        with pytest.raises(ValueError, match=r"overlap must lie in \[0, 1\)"):
+            create_strategy("fedepth", overlap=overlap)
+    assert create_strategy("fedepth", tau=float("inf")).tau == float("inf")  # the 100 % point
+
+
+@pytest.mark.parametrize(
+    ("param", "message"),
+    [
+        ("fedepth.merge=biggest", "unknown merge rule 'biggest'; known: subsets, duplicates"),
+        ("fedepth.routing=all", "unknown routing rule 'all'; known: within-tau, nearest"),
+        ("fedepth.overlap=1.0", "overlap must lie in [0, 1), got 1.0"),
+        ("fedepth.overlap=-0.1", "overlap must lie in [0, 1), got -0.1"),
+        ("hard.merge=biggest", "unknown merge rule 'biggest'"),
+    ],
+)
+def test_bench_cli_refuses_bad_rules_and_overlaps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], param: str, message: str
+) -> None:
+    argv = ["bench", "--scenario", "hpe", "--profile", "smoke", "--out", str(tmp_path)]
+    assert main([*argv, "--methods", "fedepth,hard", "--method-param", param]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_cluster_cli_takes_the_merge_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "star.npz"
+    np.savez(f, means=np.array(STAR_MUS), variances=np.ones((6, 2)))
+    assert main(["cluster", "--descriptors", str(f), "--tau", "1.25", "--merge", "cliques"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["clusters"] == [[0, 1, 2, 3], [0, 5], [0, 4]] and out["merge"] == "cliques"
+    for args, message in (
+        (["--overlap", "1.0"], "--overlap must lie in [0, 1], 1 excluded"),
+        (["--overlap", "-0.1"], "--overlap must lie in [0, 1]"),
+        (["--tau", "1", "--merge", "wide"], "unknown merge rule 'wide'; known: subsets"),
+    ):
+        assert main(["cluster", "--descriptors", str(f), *args]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err

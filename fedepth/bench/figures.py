@@ -42,9 +42,10 @@ def write_figures(
     A = clustering.jeffreys_matrix(fleet.means, fleet.variances)
     fed = runs.get("fedepth")
     tau = fed[0]["params"].get("tau") if fed else None
+    merge = str(fed[0]["params"].get("merge", "subsets")) if fed else "subsets"
     if tau is None:
-        tau = clustering.calibrate_tau(A, 0.2)
-    m_star = clustering.soft_clustering(A, float(tau)).M_star
+        tau = clustering.calibrate_tau(A, 0.2, merge=merge)
+    m_star = clustering.soft_clustering(A, float(tau), merge=merge).M_star
     names = [f"{c['platform'][:4]}/{c['environment'][:7]}" for c in fleet.clients]
     fig, axes = plt.subplots(1, 2, figsize=(15, 6), gridspec_kw={"width_ratios": [1, 1.3]})
     # log colours: one outlier robot (a near-constant channel gives divergences 100x the

@@ -249,7 +249,9 @@ def curve_change(
 
 
 #: Strategy parameters the threshold lines already report (:func:`_thresholds`).
-_THRESHOLD_PARAMS = frozenset({"tau", "threshold", "threshold_rule", "overlap", "match"})
+_THRESHOLD_PARAMS = frozenset(
+    {"tau", "threshold", "threshold_rule", "overlap", "match", "rules", "merge", "routing"}
+)
 
 
 def _given_params(m: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -270,7 +272,8 @@ def _given_params(m: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 def _thresholds(m: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """One line per clustered method: its threshold (first seed), how it was set (runs recorded
-    before ``threshold_rule`` existed say nothing of it), and K."""
+    before ``threshold_rule`` existed say nothing of it), K, and the merge and routing rules
+    (FeDepth's and hard clustering's; older runs, all by the paper's rules, name none)."""
     lines = []
     for name, entry in m.items():
         first = next(iter((entry.get("seeds") or {"": entry}).values()))
@@ -281,7 +284,8 @@ def _thresholds(m: Mapping[str, Mapping[str, Any]]) -> list[str]:
         unit = "" if "tau" in params else " degrees"
         rule = f" ({params['threshold_rule']})" if "threshold_rule" in params else ""
         k = _clusters_k(entry)
-        lines.append(f"- {name}: threshold {float(value):.4g}{unit}{rule}, K = {k}")
+        rules = "".join(f", {key} {params[key]}" for key in ("merge", "routing") if key in params)
+        lines.append(f"- {name}: threshold {float(value):.4g}{unit}{rule}, K = {k}{rules}")
     if not lines:
         return []
     return ["Cluster thresholds (the first seed's):", "", *lines, ""]

@@ -149,8 +149,9 @@ def strategy_outputs(
     strategy: Strategy, params: Mapping[str, Any], *, pooled: bool = False
 ) -> tuple[list[list[int]], dict[str, Any]]:
     """A trained strategy's cluster members (none for global or pooled methods) and its
-    parameters with the thresholds it settled on (tau, PACFL's threshold) and how they were set
-    (``threshold_rule``)."""
+    parameters with the thresholds it settled on (tau, PACFL's threshold), how they were set
+    (``threshold_rule``) and, for FeDepth and hard clustering, the merge and routing rules
+    (``merge``, ``routing``: :mod:`fedepth.cluster_rules`)."""
     clusters = (
         [np.flatnonzero(r).tolist() for r in strategy.M_star]
         if hasattr(strategy, "M_star") and not pooled
@@ -163,6 +164,9 @@ def strategy_outputs(
     rule = getattr(strategy, "threshold_rule", None)
     if rule is not None and not pooled:
         out["threshold_rule"] = str(rule)
+    rules = getattr(strategy, "rules_meta", None)
+    if callable(rules) and not pooled:  # FeDepth's and hard clustering's merge and routing
+        out.update(rules())
     return clusters, out
 
 
