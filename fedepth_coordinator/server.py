@@ -62,8 +62,9 @@ class InitialModel:
 def pretrained_weights(cfg: ModelConfig, input_size: tuple[int, int] | None) -> Path:
     """The checkpoint of a fresh ``cfg.name`` network pretrained for depth (``cfg.pretrain``):
     the benchmark's own pretraining on the synthetic HPE scenario's pretraining split at that
-    profile, at ``input_size``, seeded by ``cfg.seed``; generated and trained here the first
-    time (logged before and after), then taken from ``cfg.cache_dir``."""
+    profile, at ``input_size``, seeded by ``cfg.seed``; generated (that split alone) and
+    trained here the first time (logged before and after), then taken from
+    ``cfg.cache_dir``, where a benchmark's pretraining of the same settings serves too."""
     from fedepth.bench import BenchSpec, sim_config
     from fedepth.bench.inputs import ensure_data, ensure_weights
     from fedepth.data.scenario import load_scenario
@@ -82,7 +83,7 @@ def pretrained_weights(cfg: ModelConfig, input_size: tuple[int, int] | None) -> 
     cache = Path(cfg.cache_dir)
     spec = BenchSpec("hpe", cfg.pretrain, (), cache, sim, cache_dir=cache, progress=False)
     note = log.info
-    scenario = load_scenario(ensure_data(spec, note))
+    scenario = load_scenario(ensure_data(spec, note, pretraining_only=True))
     try:
         return ensure_weights(spec, scenario, note)
     finally:

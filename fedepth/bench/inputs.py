@@ -23,24 +23,37 @@ from fedepth.sim import SimConfig, pretrain
 log = logging.getLogger(__name__)
 
 
-def ensure_data(spec: BenchSpec, note: Callable[[str], None] = log.info) -> Path:
+def ensure_data(
+    spec: BenchSpec,
+    note: Callable[[str], None] = log.info,
+    *,
+    pretraining_only: bool = False,
+) -> Path:
     """The scenario directory: the given one, or generated once into the cache (``note``:
-    one line before the generation starts, one when it is done; default: logged at INFO)."""
+    one line before the generation starts, one when it is done; default: logged at INFO).
+
+    ``pretraining_only``: what pretraining alone needs, the scenario's pretraining split (the
+    same frames; a whole scenario already in the cache serves too), generated into its own
+    ``-pretrain`` directory so that a benchmark never takes it for the whole scenario."""
     if spec.data_dir is not None:
         return spec.data_dir
     from fedepth.data.synth.generate import GENERATOR_VERSION, synthesize
 
-    root = (
+    whole = (
         spec.cache_dir
         / "data"
         / f"{spec.scenario}-{spec.profile}-s{spec.sim.seed}-g{GENERATOR_VERSION}"
     )
+    if pretraining_only and (whole / "manifest.json").is_file():
+        return whole
+    root = whole.with_name(whole.name + "-pretrain") if pretraining_only else whole
     if not (root / "manifest.json").is_file():
         # every core: the output does not depend on the number of worker processes
         workers = len(os.sched_getaffinity(0))
+        what = "the pretraining split of " if pretraining_only else ""
         note(
-            f"seed {spec.sim.seed}: generating the {spec.scenario}/{spec.profile} scenario "
-            f"into {root} ({workers} processes)"
+            f"seed {spec.sim.seed}: generating {what}the {spec.scenario}/{spec.profile} "
+            f"scenario into {root} ({workers} processes)"
         )
         t0 = time.perf_counter()
         synthesize(
@@ -50,8 +63,9 @@ def ensure_data(spec: BenchSpec, note: Callable[[str], None] = log.info) -> Path
             root,
             progress=spec.progress,
             workers=workers,
+            pretraining_only=pretraining_only,
         )
-        note(f"seed {spec.sim.seed}: scenario generated in {_minutes(t0)}")
+        note(f"seed {spec.sim.seed}: generated in {_minutes(t0)}")
     return root
 
 

@@ -60,6 +60,9 @@ def test_default_config_serves_a_depth_network_with_no_robots_yet(
         assert card.input_size == tuple(config.training.image_size)
         assert "pretraining newcrfs-lite for 30 steps" in caplog.text  # the first start
         assert "pretrained for depth on the synthetic HPE" in caplog.text
+        # the first start generates the pretraining split alone, not the whole scenario
+        (data,) = (tmp_path / "cache" / "data").iterdir()
+        assert data.name.endswith("-pretrain") and not (data / "train").exists()
         assert "--add-robot" in caplog.text
         fresh = create_model("newcrfs-lite")
         moved = [

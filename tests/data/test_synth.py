@@ -267,6 +267,25 @@ def test_generation_is_deterministic_per_seed(smoke: dict[str, Path], tmp_path: 
     assert (again / "manifest.json").read_text() == (smoke["hpe"] / "manifest.json").read_text()
 
 
+def test_the_pretraining_split_alone_has_the_whole_scenarios_frames(
+    smoke: dict[str, Path], tmp_path: Path
+) -> None:
+    # what a coordinator generates to pretrain the model it serves: no client, no test sequence
+    for scenario in ("hpe", "bmr"):
+        alone = synthesize(scenario, "smoke", 0, tmp_path / scenario, pretraining_only=True)
+        sc, whole = load_scenario(alone.parent), load_scenario(smoke[scenario])
+        assert json.loads(alone.read_text())["pretraining_only"] is True
+        assert not sc.clients and not sc.test and not (alone.parent / "train").exists()
+        assert [s.name for s in sc.pretrain] == [s.name for s in whole.pretrain]
+        for mine, theirs in zip(sc.pretrain, whole.pretrain, strict=True):
+            assert len(mine) == len(theirs) > 0
+            for i in range(len(mine)):
+                assert np.array_equal(mine[i].rgb, theirs[i].rgb)
+                assert np.array_equal(mine[i].depth, theirs[i].depth)
+        sc.close()
+        whole.close()
+
+
 def test_place_variants_share_geometry() -> None:
     plan = hpe_plan(DATA_SIZES["small"], 0)
     penno = next(p.site for p in plan if p.name == "car_urban_night_penno_big_loop")

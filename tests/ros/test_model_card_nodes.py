@@ -32,7 +32,8 @@ def test_nodes_build_the_served_model_and_refuse_weights_of_another(
             "server": {"host": "127.0.0.1", "port": 0, "max_wait_s": 2.0},
             "auth": {"credentials_file": str(creds)},
             "rounds": {"num_rounds": 1, "min_robots": 2},
-            "model": {"name": "regression-lite", "max_depth": 80.0},
+            # served untrained: the card decides, what the network learnt does not matter
+            "model": {"name": "regression-lite", "max_depth": 80.0, "pretrain": "none"},
             "state": {"dir": str(tmp_path / "state"), "backend": "sqlite"},
         }
     )

@@ -279,11 +279,15 @@ def synthesize(
     *,
     progress: bool = True,
     workers: int = 1,
+    pretraining_only: bool = False,
 ) -> Path:
     """Generate a scenario into ``out`` and return the manifest's path.
 
     ``workers`` > 1 renders places (M3ED format) and drives (KITTI) in that many processes; the
-    data are the same whatever the number.
+    data are the same whatever the number. ``pretraining_only``: only the pretraining split
+    (no client, no test sequence; the manifest says so), the same frames as the whole
+    scenario's pretraining split, since its places are recorded by no client or test sequence
+    (what a coordinator needs to pretrain the model it serves, in a fraction of the time).
     """
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r} (choose from {', '.join(SCENARIOS)})")
@@ -292,10 +296,14 @@ def synthesize(
     prof = DATA_SIZES[profile]
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
-    if scenario == "hpe":
+    if scenario == "hpe" and not pretraining_only:
         plans = hpe_plan(prof, seed)
         with _bar(_m3ed_frames(plans), progress, "hpe") as bar:
             entries = _render_m3ed_plans(plans, root, seed, prof, bar, workers)
+    elif pretraining_only:
+        pre = pretrain_plan(prof, seed)
+        with _bar(_m3ed_frames(pre), progress, scenario) as bar:
+            entries = _render_m3ed_plans(pre, root, seed, prof, bar, workers)
     else:
         pre = pretrain_plan(prof, seed)
         n_nyu = prof.nyu_train + prof.nyu_test
@@ -330,6 +338,8 @@ def synthesize(
         "clients": list(clients.values()),
         "sequences": entries,
     }
+    if pretraining_only:
+        manifest["pretraining_only"] = True
     path = root / MANIFEST
     path.write_text(json.dumps(manifest, indent=1) + "\n")
     log.info("wrote %s (%d sequences)", path, len(entries))
