@@ -21,6 +21,11 @@ calibrated for 20 % overlap on HPE, matched to PACFL's partition on BMR), and re
 
     python benchmarks/descriptors.py --scenarios hpe,bmr --seeds 0,1,2 --out runs/descriptors
 
+``--rules`` also evaluates FeDepth under other merge / routing rules (:mod:`fedepth.cluster_rules`;
+tau calibrated on the map each merge rule makes), e.g. ``--readings model --rules
+subsets/within-tau,duplicates/within-tau,cliques/within-tau,cliques/nearest``: the training-side
+columns compare the rules before anything is trained.
+
 Data and the initial checkpoints come from the benchmark's cache (generated and pretrained there
 when missing, as ``fedepth bench --profile small`` would). Without arguments it runs on the smoke
 profile (what ``make bench`` does, to check that the script still works).
@@ -40,6 +45,7 @@ import torch
 
 from fedepth.bench import BenchSpec, sim_config
 from fedepth.bench.inputs import ensure_data, ensure_weights
+from fedepth.cluster_rules import check_merge, check_routing
 from fedepth.composition import co_member_shares, member_shares
 from fedepth.data.scenario import load_scenario
 from fedepth.models.base import FeatureExtractor
@@ -65,12 +71,25 @@ def clustered(method: str, params: dict[str, Any], infos: Sequence[ClientInfo]) 
     return strategy
 
 
-def evaluate(fleet: Any, method_params: dict[str, Any]) -> dict[str, Any]:
+def variants(rules: Sequence[str]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(name, method, extra params) of every evaluated variant: FeDepth and hard with the
+    benchmark's rules, then FeDepth under each ``merge/routing`` pair of ``rules``."""
+    out: list[tuple[str, str, dict[str, Any]]] = [(m, m, {}) for m in METHODS]
+    for pair in rules:
+        merge, _, routing = pair.partition("/")
+        extra = {"merge": check_merge(merge), "routing": check_routing(routing or "within-tau")}
+        out.append((f"fedepth[{merge}/{extra['routing']}]", "fedepth", extra))
+    return out
+
+
+def evaluate(
+    fleet: Any, method_params: dict[str, Any], rules: Sequence[str] = ()
+) -> dict[str, Any]:
     infos: list[ClientInfo] = fleet.infos
     labels = [dict(i.labels) for i in infos]
     out: dict[str, Any] = {}
-    for method in METHODS:
-        params = dict(method_params.get(method, {}))
+    for name, method, extra in variants(rules):
+        params = {**method_params.get(method, {}), **extra}
         strategy = clustered(method, params, infos)
         M = np.asarray(strategy.M_star, dtype=bool)
         loo = []
@@ -88,7 +107,7 @@ def evaluate(fleet: Any, method_params: dict[str, Any]) -> dict[str, Any]:
             own = {"platform": seq.meta.platform, "environment": seq.meta.environment}
             ks = strategy.route(desc, labels=own, extra=extra).clusters
             test[seq.name] = routed_right(ks, M, labels, own)
-        out[method] = {
+        out[name] = {
             "tau": float(getattr(strategy, "tau", float("nan")) or float("nan")),
             "clusters": int(M.shape[0]),
             "overlap": float((M.sum(axis=0) > 1).mean()),
@@ -108,7 +127,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cache", default=".cache/fedepth")
     ap.add_argument("--out", default=None, help="folder for results.json (default: print only)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--readings",
+        default=",".join(DESCRIPTOR_ENCODERS),
+        help=f"descriptor readings to evaluate (default: {','.join(DESCRIPTOR_ENCODERS)})",
+    )
+    ap.add_argument(
+        "--rules",
+        default="",
+        help="FeDepth merge/routing pairs to evaluate too, comma-separated "
+        "(e.g. cliques/within-tau,duplicates/nearest)",
+    )
     args = ap.parse_args(argv)
+    readings = [r for r in args.readings.split(",") if r]
+    rules = [r for r in args.rules.split(",") if r]
+    unknown = sorted(set(readings) - set(DESCRIPTOR_ENCODERS))
+    try:
+        variants(rules)
+    except ValueError as e:
+        ap.error(str(e))
+    if unknown:
+        ap.error(
+            f"unknown reading(s) {', '.join(unknown)}; known: {', '.join(DESCRIPTOR_ENCODERS)}"
+        )
     torch.set_num_threads(args.threads)
     profile = args.profile or ("small" if args.out else "smoke")
     results: dict[str, Any] = {"profile": profile, "runs": {}}
@@ -128,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 weights = ensure_weights(spec, scenario, print)
                 model = initial_model(cfg, str(weights))
-                for reading in DESCRIPTOR_ENCODERS:
+                for reading in readings:
                     t0 = time.perf_counter()
                     describer = (
                         FeatureExtractor.imagenet(model.encoder.name)
@@ -136,12 +177,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         else model
                     )
                     fleet = prepare_fleet(scenario, describer, cfg, progress=False)
-                    res = evaluate(fleet, {k: dict(v) for k, v in cfg.method_params.items()})
+                    params = {k: dict(v) for k, v in cfg.method_params.items()}
+                    res = evaluate(fleet, params, rules)
                     results["runs"][f"{scen}/s{seed}/{reading}"] = res
                     for method, r in res.items():
                         cm = r["co_members"]
                         print(
                             f"{scen} seed {seed} {reading:<8} {method:<7} K={r['clusters']:>2} "
+                            f"tau {r['tau']:.4g} "
                             f"overlap {r['overlap']:.2f}  co-members: platform "
                             f"{cm['platform']:.2f} env {cm['environment']:.2f} both "
                             f"{cm['both']:.2f}  LOO routing {r['loo_routing']:.2f}  "
