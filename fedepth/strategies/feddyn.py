@@ -19,11 +19,11 @@ from fedepth.models.state import State
 from fedepth.strategies.aggregate import weighted_mean
 from fedepth.strategies.base import ClientUpdate, TrainTask
 from fedepth.strategies.fedavg import FedAvg
+from fedepth.strategies.fused import FlatParams, add_to_grads
 from fedepth.training import (
     BaseHook,
     ExtraStates,
     param_tensors,
-    snapshot,
     to_numpy,
     trainable_parameters,
 )
@@ -41,6 +41,17 @@ class FedDynHook(BaseHook):
     state is kept in :attr:`grad_state` (stored by :meth:`remember` in the client's memory) and
     never uploaded: the server rule needs only the model updates. Covers trainable parameters
     only.
+
+    Fused (:mod:`fedepth.strategies.fused`): at every step :meth:`regularizer` gathers the
+    parameters into one flat buffer, block by block, and computes there both the regulariser's
+    value (returned detached, for the loss the trainer reports), as
+    ``alpha / 2 * ||d||^2 - <g_i, d> - <g_i, w_global>`` with ``d = w - w_global`` (the last
+    term once per round), and its gradient ``alpha * d - g_i``, which :meth:`after_backward`
+    adds to the parameters' gradients instead of autograd. The gradients, and so the trained
+    weights and the new state, are bit for bit those of the regulariser in the loss whenever
+    each parameter is used once in the forward pass (tests/strategies/test_fused_hooks.py); the
+    reported value equals the per-tensor sums up to float rounding. A hook listed before this
+    one sees the gradient without the term.
     """
 
     def __init__(self, *, alpha: float, grad_state: State | None) -> None:
@@ -49,28 +60,52 @@ class FedDynHook(BaseHook):
         self.alpha = float(alpha)
         self._grad_np = grad_state
         self.grad_state: dict[str, np.ndarray] | None = None
-        self._global: dict[str, torch.Tensor] = {}
-        self._g: dict[str, torch.Tensor] = {}
+        self._names: list[str] = []
+        self._params: list[nn.Parameter] = []
+        self._global = FlatParams([])
+        self._g = FlatParams([])
+        self._g_dot_global = torch.zeros(())
+        self._diff = FlatParams([])
+        self._pending = False
 
     def on_train_start(self, model: nn.Module, *, lr: float, num_steps: int) -> None:
         params = trainable_parameters(model)
-        self._global = snapshot(params)
-        self._g = param_tensors(params, self._grad_np, what="FedDyn gradient state")
+        g = param_tensors(params, self._grad_np, what="FedDyn gradient state")
+        self._names = list(params)
+        self._params = list(params.values())
+        self._global = FlatParams(self._params).gather()
+        self._g = FlatParams(self._params).copy_(list(g.values()))
+        self._g_dot_global = torch.dot(self._g.flat, self._global.flat)
+        self._diff = FlatParams(self._params)
+        self._pending = False
 
     def regularizer(self, model: nn.Module) -> torch.Tensor | None:
-        total = torch.zeros((), device=next(iter(self._global.values())).device)
-        for name, p in trainable_parameters(model).items():
-            w = p.float()
-            total = total - (self._g[name] * w).sum()
-            total = total + 0.5 * self.alpha * ((w - self._global[name]) ** 2).sum()
-        return total
+        parts = []
+        with torch.no_grad():
+            blocks = zip(self._diff.blocks, self._global.blocks, self._g.blocks, strict=True)
+            for d, w_global, g in blocks:
+                part = d.gather()
+                part.sub_(w_global.part)  # w - w_global
+                parts.append(0.5 * self.alpha * torch.dot(part, part) - torch.dot(g.part, part))
+                # the gradient term now, while the block is in cache: alpha * (w - w_global)
+                # rounded as autograd rounds it, then - g_i (autograd sums these two before
+                # adding the model's gradient)
+                part.mul_(self.alpha).sub_(g.part)
+            self._pending = True
+            total = torch.stack(parts).sum() if parts else torch.zeros(())
+            return total - self._g_dot_global
+
+    def after_backward(self, model: nn.Module) -> None:
+        if self._pending:
+            self._pending = False
+            add_to_grads(self._params, self._diff.views)
 
     def on_train_end(self, model: nn.Module, num_steps: int) -> ExtraStates:
-        new_g = {
-            name: self._g[name] - self.alpha * (p.detach().float() - self._global[name])
-            for name, p in trainable_parameters(model).items()
-        }
-        self.grad_state = to_numpy(new_g)
+        step = self._diff.gather().flat
+        with torch.no_grad():
+            step.sub_(self._global.flat).mul_(self.alpha)
+            torch.sub(self._g.flat, step, out=step)  # g_i - alpha * (w - w_global)
+        self.grad_state = to_numpy(dict(zip(self._names, self._diff.views, strict=True)))
         return {}
 
     @classmethod

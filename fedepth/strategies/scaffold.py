@@ -55,45 +55,58 @@ class ScaffoldHook(BaseHook):
     loss alternated between rounds, 6.0 / 7.3, and the test error rose; docs/results.md).
 
     Controls are numpy states over the trainable parameters (``None`` means zeros, the initial
-    value).
+    value). The per-step work is two ``torch._foreach_add_`` over the lists taken in
+    :meth:`on_train_start` (``c - c_i`` computed once per round), bit for bit the per-tensor loop
+    (tests/strategies/test_fused_hooks.py).
     """
 
     def __init__(self, *, server_control: State | None, client_control: State | None) -> None:
         self._server_np = server_control
         self._client_np = client_control
         self.client_control: dict[str, np.ndarray] | None = None
-        self._c: dict[str, torch.Tensor] = {}
-        self._ci: dict[str, torch.Tensor] = {}
-        self._grad_sum: dict[str, torch.Tensor] = {}
+        self._names: list[str] = []
+        self._params: list[nn.Parameter] = []
+        self._ci: list[torch.Tensor] = []
+        #: c - c_i in each parameter's dtype: the same every step, so computed once
+        self._corr: list[torch.Tensor] = []
+        self._grad_sum: list[torch.Tensor] = []
         self._steps = 0
 
     def on_train_start(self, model: nn.Module, *, lr: float, num_steps: int) -> None:
         params = trainable_parameters(model)
-        self._c = param_tensors(params, self._server_np, what="server control variate")
-        self._ci = param_tensors(params, self._client_np, what="client control variate")
-        self._grad_sum = {name: torch.zeros_like(c) for name, c in self._c.items()}
+        c = param_tensors(params, self._server_np, what="server control variate")
+        ci = param_tensors(params, self._client_np, what="client control variate")
+        self._names = list(params)
+        self._params = list(params.values())
+        self._ci = list(ci.values())
+        self._corr = [(c[name] - ci[name]).to(p.dtype) for name, p in params.items()]
+        self._grad_sum = [torch.zeros_like(t) for t in self._ci]
         self._steps = 0
 
     def after_backward(self, model: nn.Module) -> None:
+        """Adds each raw gradient to the running sum, then corrects it by ``c - c_i``
+        (``torch._foreach_add_`` over all parameters; bit for bit the per-tensor loop)."""
         self._steps += 1
-        for name, p in trainable_parameters(model).items():
-            corr = (self._c[name] - self._ci[name]).to(p.dtype)
-            if p.grad is None:
-                p.grad = corr.clone()
-            else:
-                self._grad_sum[name].add_(p.grad.detach().float())
-                p.grad.add_(corr)
+        grads = [p.grad for p in self._params]
+        sums, corr = self._grad_sum, self._corr
+        if any(g is None for g in grads):  # parameters the loss does not reach: g = c - c_i
+            have = [i for i, g in enumerate(grads) if g is not None]
+            for p, term in zip(self._params, corr, strict=True):
+                if p.grad is None:
+                    p.grad = term.clone()
+            grads = [grads[i] for i in have]
+            sums, corr = [sums[i] for i in have], [corr[i] for i in have]
+        with torch.no_grad():
+            torch._foreach_add_(sums, grads)  # type: ignore[arg-type]
+            torch._foreach_add_(grads, corr)  # type: ignore[arg-type]
 
     def on_train_end(self, model: nn.Module, num_steps: int) -> ExtraStates:
         if self._steps <= 0:
             raise ValueError("SCAFFOLD needs at least one local step")
-        new_ci: dict[str, torch.Tensor] = {}
-        delta: dict[str, torch.Tensor] = {}
-        for name, total in self._grad_sum.items():
-            new_ci[name] = total / self._steps
-            delta[name] = new_ci[name] - self._ci[name]
-        self.client_control = to_numpy(new_ci)
-        return {CONTROL_DELTA: to_numpy(delta)}
+        new_ci = torch._foreach_div(self._grad_sum, self._steps)
+        delta = torch._foreach_sub(new_ci, self._ci)
+        self.client_control = to_numpy(dict(zip(self._names, new_ci, strict=True)))
+        return {CONTROL_DELTA: to_numpy(dict(zip(self._names, delta, strict=True)))}
 
     @classmethod
     def from_task(cls, task: TrainTask, memory: Mapping[str, State]) -> ScaffoldHook:
