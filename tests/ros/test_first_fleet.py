@@ -131,6 +131,14 @@ def test_every_command_of_the_first_fleet_runs_as_written(
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # its process group: the player it starts too
                 )
+            if len(terminals) == 1:  # as the section says: the others once it listens
+                ready = "coordinator listening on"
+                while ready not in logs[name.group(1)].read_text(errors="replace"):
+                    proc = terminals[name.group(1)]
+                    assert proc.poll() is None, f"the coordinator exited\n{all_logs()}"
+                    assert time.monotonic() - started < BUDGET_S, f"not ready\n{all_logs()}"
+                    time.sleep(1.0)
+                print(f"first fleet: coordinator ready after {time.monotonic() - started:.0f} s")
         assert len(terminals) == 4 and after, "the section's blocks changed"
         for token in ("robot1", "robot2", "ops"):
             assert len((tmp_path / f"{token}.token").read_text().strip()) > 20
