@@ -12,7 +12,7 @@ loopback this doubles streaming throughput.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from google.protobuf.message import Message
 
@@ -44,10 +44,6 @@ def serialize(message: Message | bytes) -> bytes:
     if isinstance(message, bytes):
         return message
     return message.SerializeToString()
-
-
-class _Parser(Protocol):
-    def FromString(self, s: bytes) -> Message: ...  # noqa: N802 - protobuf's name
 
 
 M = TypeVar("M", bound=Message)

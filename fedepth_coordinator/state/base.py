@@ -224,13 +224,6 @@ class Store(ABC):
         deleting it; where it went (None: this backend keeps it in place, or it is absent)."""
         return None
 
-    def collect_garbage(self, keep: set[str]) -> list[str]:
-        """Delete every blob not in ``keep`` (left by a crash between write and commit)."""
-        dropped = [k for k in self.blob_keys() if k not in keep]
-        for k in dropped:
-            self.delete_blob(k)
-        return dropped
-
 
 def valid_id(text: str) -> bool:
     """Whether ``text`` is a robot / principal id (the whole string, no trailing newline)."""
