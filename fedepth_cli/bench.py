@@ -39,7 +39,7 @@ def _methods(text: str) -> tuple[str, ...]:
 def _sweep(text: str | None) -> tuple[float, ...]:
     from fedepth.bench import SWEEP
 
-    if not text:
+    if not text or "=" in text:  # a rule sweep: _rule_sweep
         return ()
     if text == "paper":
         return SWEEP
@@ -52,6 +52,31 @@ def _sweep(text: str | None) -> tuple[float, ...]:
     if any(not 0.0 <= v <= 1.0 for v in values):
         raise CliError("--sweep ratios must lie in [0, 1]")
     return values
+
+
+def _rule_sweep(text: str, defaults: Any) -> tuple[tuple[str, str], ...]:
+    """``--sweep RULE=NAME,NAME,...``: FeDepth under each named merge rule, routing rule or
+    preset of both (its other parameters as configured); each point is built once here, so an
+    unknown name is an error before anything runs."""
+    from fedepth.bench.spec import RULE_SWEEP_KEYS
+    from fedepth.strategies import create_strategy
+
+    key, _, raw = text.partition("=")
+    key = key.strip()
+    names = list(dict.fromkeys(v.strip() for v in raw.split(",") if v.strip()))
+    if key not in RULE_SWEEP_KEYS or not names:
+        raise CliError(
+            f"--sweep {text}: give overlap ratios (e.g. 0,0.2,1 or 'paper') or one of "
+            f"FeDepth's rules with the names to sweep, {'=..., '.join(RULE_SWEEP_KEYS)}=..., "
+            "e.g. merge=subsets,cliques"
+        )
+    own = dict(defaults.get("fedepth", {}))
+    for name in names:
+        try:
+            create_strategy("fedepth", **{**own, key: name})
+        except (TypeError, ValueError) as exc:
+            raise CliError(f"--sweep {text}: {exc}") from None
+    return tuple((key, name) for name in names)
 
 
 def _method_params(
@@ -185,6 +210,16 @@ def _size(text: str | None) -> tuple[int, int] | None:
     return (h, w)
 
 
+def _validation_share(value: float | None) -> float | None:
+    """``--validation-share F``: a share in [0, 1) (None: the default, no validation split)."""
+    if value is not None and not (math.isfinite(value) and 0.0 <= value < 1.0):
+        raise CliError(
+            f"--validation-share must lie in [0, 1) (the share of every training client's "
+            f"frames held out of its training), got {value:g}"
+        )
+    return value
+
+
 def _bench_spec(
     args: argparse.Namespace, methods: tuple[str, ...], sweep: tuple[float, ...]
 ) -> Any:
@@ -211,10 +246,12 @@ def _bench_spec(
         image_size=_size(args.image_size),
         pretrain_steps=args.pretrain_steps,
         pretrain_threads=args.pretrain_threads,
+        validation_share=_validation_share(args.validation_share),
     )
     if args.method_param:
         params = _method_params(args.method_param, methods, cfg.method_params)
         cfg = replace(cfg, method_params=params)
+    rules = _rule_sweep(args.sweep, cfg.method_params) if args.sweep and "=" in args.sweep else ()
     weights = Path(args.weights) if args.weights else None
     if weights is not None:
         if not weights.is_file():
@@ -241,6 +278,7 @@ def _bench_spec(
         transport=args.transport,
         seeds=seeds,
         fresh=args.fresh,
+        rule_sweep=rules,
     )
 
 
@@ -274,6 +312,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         round_line,
         run_benchmark,
     )
+    from fedepth.data.holdout import ValidationSplitError
 
     spec = _bench_spec(args, _methods(args.methods), _sweep(args.sweep))
     if spec.transport == "grpc" and spec.sim.descriptor_layers != "shallow":
@@ -285,6 +324,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise CliError(
             "--descriptor-encoder imagenet: the robots of --transport grpc describe their data "
             "with the served model's encoder; use the in-process transport"
+        )
+    if spec.transport == "grpc" and spec.sim.validation_share > 0:
+        raise CliError(
+            "--validation-share: the robots of --transport grpc train on all of their frames "
+            "and the coordinator scores no validation split; use the in-process transport"
         )
     if spec.transport == "grpc" and spec.executor != "sequential":
         raise CliError(
@@ -308,7 +352,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             ),
             transport=_transport(spec.transport),
         )
-    except OutConflictError as exc:
+    except (OutConflictError, ValidationSplitError) as exc:
         raise CliError(str(exc)) from None
     except KeyboardInterrupt:
         return _interrupted(spec.out)
@@ -480,7 +524,22 @@ def add_parsers(sub: Any) -> None:
         default="fedavg,pacfl,fedepth",
         help="comma-separated method names or 'all' (default: fedavg,pacfl,fedepth)",
     )
-    p.add_argument("--sweep", help="FeDepth overlap ratios to sweep, e.g. 0,0.2,1 or 'paper'")
+    p.add_argument(
+        "--sweep",
+        help="FeDepth overlap ratios to sweep, e.g. 0,0.2,1 or 'paper'; or one of FeDepth's "
+        "rules with the names to sweep, merge=subsets,cliques, routing=within-tau,nearest or "
+        "rules=PRESET,... (its other parameters as configured). With --validation-share, the "
+        "point of lowest validation Abs Rel is marked 'chosen (validation)'",
+    )
+    p.add_argument(
+        "--validation-share",
+        type=float,
+        metavar="F",
+        help="hold out the share F in [0, 1) of every training client's frames, the tail of "
+        "each of its sequences, from its training and score every method's served model on "
+        "it in every evaluated round (validation next to test in results.json and report.md; "
+        "a sweep's point is chosen on it); default 0: no validation split",
+    )
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--weights", help="initial weights (safetensors) instead of pretraining")
     p.add_argument(

@@ -49,6 +49,27 @@ def _combine_curves(curves: Sequence[Mapping[str, list[Any]]]) -> dict[str, list
     }
 
 
+def _combine_validation(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The validation entries of several seeds: their table metrics, ``final_all`` and every
+    client's metrics as mean and ``<metric>_std``, the curve as the mean over the seeds."""
+    final = _combine_metrics([r["final_all"] for r in rows])
+    clients = dict.fromkeys(c for r in rows for c in r["per_client"])
+    curves = [r["curve"] for r in rows]
+    return {
+        **{k: final[k] for k in TABLE_METRICS if k in final},
+        **{f"{k}_std": final[f"{k}_std"] for k in TABLE_METRICS if k in final},
+        "final_all": final,
+        "per_client": {
+            c: _combine_metrics([r["per_client"][c] for r in rows if c in r["per_client"]])
+            for c in clients
+        },
+        "curve": [
+            None if any(v is None for v in vs) else _mean(list(vs))
+            for vs in zip(*curves, strict=True)
+        ],
+    }
+
+
 def combine_seeds(per_seed: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """One run's entry in results.json from its per-seed summaries (keyed by seed, in order).
 
@@ -56,7 +77,8 @@ def combine_seeds(per_seed: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     their sample standard deviations ``<metric>_std`` (0 for one seed); ``final_all`` and every
     entry of ``groups`` and ``per_sequence`` likewise (a group or sequence: over the seeds that
     have it); ``curves``, ``timing`` and the byte means are means over the seeds; what has no
-    mean (clusters, params, routes, per-round bytes, transport details) is the first seed's.
+    mean (clusters, params, routes, per-round bytes, transport details) is the first seed's;
+    the ``validation`` numbers (a run with a validation split) as the table metrics.
     ``seeds`` holds every seed's full summary.
     """
     runs = list(per_seed.values())
@@ -76,6 +98,8 @@ def combine_seeds(per_seed: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             out[key] = _combine_curves([r[key] for r in runs])
         elif key == "timing":
             out[key] = {k: _mean([r[key][k] for r in runs]) for k in value}
+        elif key == "validation":
+            out[key] = _combine_validation([r[key] for r in runs if key in r])
         elif key == "bytes_per_round":
             out[key] = {
                 **value,

@@ -84,6 +84,7 @@ ADDED_SETTINGS: dict[str, Any] = {
     "descriptor_layers": "deepest",
     "encoder_init": "random",
     "descriptor_encoder": "model",
+    "validation_share": 0.0,
 }
 
 

@@ -166,12 +166,32 @@ def render_report(results: dict[str, Any]) -> str:
             + " | ".join(_cell(sweep[r], "abs_rel", spread) for r in ratios)
             + " |",
             "| clusters K | " + " | ".join(_clusters_k(sweep[r]) for r in ratios) + " |",
+            *_validation_rows("overlap_sweep", sweep, results.get("chosen"), spread),
             "",
             "100 % means one cluster holding every client (tau = infinity); a "
             "target is met by the smallest tau whose merged map comes closest to it."
             + (" K per seed where the seeds differ." if spread else ""),
             "",
         ]
+    rule_sweep = results.get("rule_sweep") or {}
+    if rule_sweep:
+        points = list(rule_sweep)
+        out += [
+            "## FeDepth's rules (rule sweep)",
+            "",
+            "| Rules | " + " | ".join(f"`{p}`" for p in points) + " |",
+            "| --- | " + " | ".join("---:" for _ in points) + " |",
+            "| Abs Rel ↓ | "
+            + " | ".join(_cell(rule_sweep[p], "abs_rel", spread) for p in points)
+            + " |",
+            "| clusters K | " + " | ".join(_clusters_k(rule_sweep[p]) for p in points) + " |",
+            *_validation_rows("rule_sweep", rule_sweep, results.get("chosen"), spread),
+            "",
+            "Each point is FeDepth with its configured parameters and the one rule replaced; "
+            "tau is calibrated (or matched) on the map of each point's own merge rule.",
+            "",
+        ]
+    out += _validation(results, spread)
     group_names = sorted({g for v in m.values() for g in v["groups"]})
     if group_names:
         cols = [*group_names, "all"]
@@ -235,6 +255,68 @@ def render_report(results: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _validation_rows(
+    sweep: str, points: Mapping[str, Mapping[str, Any]], chosen: Any, spread: bool
+) -> list[str]:
+    """A sweep table's validation Abs Rel row and its 'chosen (validation)' mark (none
+    without a validation split)."""
+    if not any("validation" in v for v in points.values()):
+        return []
+    picked = chosen.get("point") if isinstance(chosen, dict) and chosen["sweep"] == sweep else None
+    return [
+        "| validation Abs Rel ↓ | "
+        + " | ".join(_cell(v.get("validation") or {}, "abs_rel", spread) for v in points.values())
+        + " |",
+        "| chosen (validation) | "
+        + " | ".join("**chosen**" if p == picked else "" for p in points)
+        + " |",
+    ]
+
+
+def _validation(results: Mapping[str, Any], spread: bool) -> list[str]:
+    """The validation split's section: every run's validation Abs Rel beside its test Abs Rel,
+    and the sweep point chosen on validation (none without a validation split)."""
+    rows: list[tuple[str, Mapping[str, Any]]] = list(results["methods"].items())
+    rows += [(sweep_name(float(r)), v) for r, v in (results.get("overlap_sweep") or {}).items()]
+    rows += [(f"fedepth {p}", v) for p, v in (results.get("rule_sweep") or {}).items()]
+    rows = [(k, v) for k, v in rows if "validation" in v]
+    if not rows:
+        return []
+    chosen = results.get("chosen")
+    out = [
+        "## Validation split: the held-out tails of the clients' own sequences",
+        "",
+        "Every training client's validation frames (the tail of each of its sequences, held "
+        "out of its training and its descriptor; `--validation-share`) scored with the model "
+        "it downloads, in the evaluated rounds; the numbers are the mean over clients, "
+        "averaged over the last rounds like the test numbers. The sweep point of lowest "
+        "validation Abs Rel is the one chosen; the test sequences only score.",
+        "",
+        "| Run | validation Abs Rel ↓ | test Abs Rel ↓ | |",
+        "| --- | ---: | ---: | --- |",
+    ]
+    for name, v in rows:
+        mark = "chosen (validation)" if isinstance(chosen, dict) and chosen["name"] == name else ""
+        out.append(
+            f"| {name} | {_cell(v['validation'], 'abs_rel', spread)} | "
+            f"{_cell(v, 'abs_rel', spread)} | {mark} |"
+        )
+    out.append("")
+    if isinstance(chosen, dict):
+        out += [
+            f"Chosen (validation): **{chosen['name']}**, validation Abs Rel "
+            f"{chosen['validation_abs_rel']:.3f}; its test Abs Rel "
+            + (
+                f"{chosen['test_abs_rel']:.3f}"
+                if isinstance(chosen["test_abs_rel"], (int, float))
+                else "-"
+            )
+            + " is reported, not used to choose.",
+            "",
+        ]
+    return out
 
 
 def curve_change(
@@ -472,6 +554,7 @@ def format_table(results: dict[str, Any]) -> str:
     rows = [f"{'method':<20}" + "".join(f"{k:>10}" for k in TABLE_METRICS)]
     entries = list(results["methods"].items())
     entries += [(sweep_name(float(r)), v) for r, v in results.get("overlap_sweep", {}).items()]
+    entries += [(f"fedepth {p}", v) for p, v in results.get("rule_sweep", {}).items()]
     for name, v in entries:
         rows.append(f"{name:<20}" + "".join(f"{v[k]:>10.3f}" for k in TABLE_METRICS))
     seeds = results.get("seeds") or {}

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from fedepth.bench.choice import validation_choice
 from fedepth.bench.combine import combine_seeds
 from fedepth.bench.composition import with_composition
 from fedepth.bench.figures import write_figures
@@ -26,7 +27,8 @@ from fedepth.bench.fleet_summary import (
 from fedepth.bench.inputs import ensure_data, ensure_weights
 from fedepth.bench.outdir import OutConflictError, check_out, clear_out, run_config, state_dir
 from fedepth.bench.report import render_report
-from fedepth.bench.spec import BenchSpec, sweep_name
+from fedepth.bench.spec import BenchSpec, rule_point, rule_sweep_name, sweep_name
+from fedepth.data.holdout import holdout_validation
 from fedepth.data.scenario import load_scenario
 from fedepth.models import get_state
 from fedepth.models.base import FeatureExtractor
@@ -66,7 +68,10 @@ def run_benchmark(
     :func:`state_dir`). ``spec.out`` holding a run of other settings raises
     :class:`OutConflictError` before anything runs, unless ``spec.fresh`` clears it first.
     ``on_round(name, seed, record)`` is called after every in-process round (name: a method,
-    or ``sweep-<ratio>`` for a point of the overlap sweep).
+    or ``sweep-<ratio>`` for a point of the overlap sweep, ``sweep-<rule>=<name>`` for one of
+    FeDepth's rule sweep). With a validation split (``spec.sim.validation_share``), the sweep
+    point of lowest validation Abs Rel is results.json's ``chosen``
+    (:func:`~fedepth.bench.choice.validation_choice`).
 
     ``transport`` runs the methods when ``spec.transport`` is not ``inprocess`` (required
     then, refused otherwise: :class:`~fedepth.transport.TransportError`); pooled methods (CL)
@@ -105,6 +110,15 @@ def _sweep_key(ratio: float) -> str:
     return f"sweep-{ratio:g}"
 
 
+def _rule_key(point: tuple[str, str]) -> str:
+    return f"sweep-{rule_point(point)}"
+
+
+def _split_point(text: str) -> tuple[str, str]:
+    key, _, value = text.partition("=")
+    return (key, value)
+
+
 class _Bench:
     """One ``run_benchmark``: the runs of every seed, finished ones loaded from disk."""
 
@@ -119,8 +133,16 @@ class _Bench:
         self.transport = transport
         self.t_start = time.perf_counter()
         self.seeds = spec.seed_list
-        #: run keys in table order: the methods, then the sweep points (one per distinct key)
-        self.keys = list(dict.fromkeys([*spec.methods, *map(_sweep_key, spec.sweep)]))
+        #: the sweep points (one per distinct key): key -> FeDepth's parameters; the overlap
+        #: sweep's replace FeDepth's configured ones, a rule sweep's replace one of them
+        self.points: dict[str, dict[str, Any]] = {}
+        for ratio in spec.sweep:
+            self.points.setdefault(_sweep_key(ratio), _sweep_params(ratio))
+        for point in spec.rule_sweep:
+            own = dict(spec.sim.method_params.get("fedepth", {}))
+            self.points.setdefault(_rule_key(point), {**own, point[0]: point[1]})
+        #: run keys in table order: the methods, then the sweep points
+        self.keys = list(dict.fromkeys([*spec.methods, *self.points]))
         self.done: dict[str, dict[int, dict[str, Any]]] = {k: {} for k in self.keys}
         self.pictures: dict[str, dict[str, list[Sample]]] = {}  # the first seed's, by key
         self.fleets: dict[int, FleetSummary] = {}
@@ -128,7 +150,10 @@ class _Bench:
 
     def label(self, key: str) -> str:
         if key.startswith("sweep-"):
-            return sweep_name(float(key.removeprefix("sweep-")))
+            point = key.removeprefix("sweep-")
+            if "=" in point:
+                return rule_sweep_name(_split_point(point))
+            return sweep_name(float(point))
         return key
 
     # -- running -----------------------------------------------------------------------------
@@ -156,6 +181,8 @@ class _Bench:
         scenario = load_scenario(root)
         remote: FleetRunner | None = None
         try:
+            if spec.sim.validation_share > 0:  # a share no client can give: before pretraining
+                holdout_validation(scenario.clients, spec.sim.validation_share)
             weights = ensure_weights(spec, scenario, self.echo)
             digest = weights_sha256(weights)
             self.check_same_start(seed, weights, digest)
@@ -181,13 +208,13 @@ class _Bench:
             if self.transport is not None:
                 remote = self.transport(fleet, initial, spec.sim, workdir, progress=spec.progress)
             methods = [m for m in spec.methods if m in todo]
-            ratios = list({_sweep_key(r): r for r in spec.sweep if _sweep_key(r) in todo}.values())
+            points = [k for k in self.points if k in todo]
             # the runs through the coordinator, in order (method, strategy params; None: the
             # config's)
             plan: list[tuple[str, dict[str, Any] | None]] = []
             if remote is not None:
                 plan = [(m, None) for m in methods if not is_pooled(m, spec.sim)]
-                plan += [("fedepth", _sweep_params(r)) for r in ratios]
+                plan += [("fedepth", self.points[k]) for k in points]
                 remote.start(plan[0] if plan else None)  # robots start while in-process runs go
 
             def run_remote(method: str, params: dict[str, Any] | None) -> MethodRun:
@@ -222,13 +249,12 @@ class _Bench:
                 else:
                     run = run_local(method, sim, method)
                 self.finish(method, seed, run)
-            for ratio in ratios:
-                key = _sweep_key(ratio)
+            for key in points:
                 if remote is not None:
-                    run = run_remote("fedepth", _sweep_params(ratio))
+                    run = run_remote("fedepth", self.points[key])
                 else:
                     params = dict(spec.sim.method_params)
-                    params["fedepth"] = _sweep_params(ratio)
+                    params["fedepth"] = self.points[key]
                     sweep_sim = Simulation(
                         fleet, initial, replace(spec.sim, method_params=params), executor
                     )
@@ -310,7 +336,7 @@ class _Bench:
     def collect(self) -> dict[str, Any]:
         spec = self.spec
         first = self.fleets[next(s for s in self.seeds if s in self.fleets)]
-        return {
+        results: dict[str, Any] = {
             "scenario": spec.scenario,
             "profile": spec.profile,
             "seed": self.seeds[0],
@@ -327,8 +353,23 @@ class _Bench:
                 for r in spec.sweep
                 if self.done[_sweep_key(r)]
             },
+            **(
+                {
+                    "rule_sweep": {
+                        rule_point(p): self.combined(_rule_key(p))
+                        for p in spec.rule_sweep
+                        if self.done[_rule_key(p)]
+                    }
+                }
+                if spec.rule_sweep
+                else {}
+            ),
             "wall_seconds": time.perf_counter() - self.t_start,
         }
+        chosen = validation_choice(results)
+        if chosen is not None:
+            results["chosen"] = chosen
+        return results
 
 
 def is_pooled(method: str, config: SimConfig) -> bool:
@@ -348,9 +389,11 @@ def round_line(name: str, seed: int, record: RoundRecord, rounds: int) -> str:
     progress bars): the run, the round of how many, its training loss and time and, when the
     round was evaluated, the test Abs Rel over every sequence."""
     test = record.test["all"]["abs_rel"] if record.test else None
+    val = record.validation["all"]["abs_rel"] if record.validation else None
     return (
         f"{name} seed {seed} round {record.round + 1}/{rounds}: loss {record.mean_loss:.3f}"
         + ("" if test is None else f", test abs_rel {test:.3f}")
+        + ("" if val is None else f", validation abs_rel {val:.3f}")
         + f", training {record.train_seconds:.0f} s"
     )
 
@@ -360,4 +403,9 @@ def _one_line(name: str, summary: Mapping[str, Any], seed: int | None = None) ->
     return (
         f"{name:<18} {at}abs_rel {summary['abs_rel']:.3f}  rmse {summary['rmse']:.3f}"
         f"  d1 {summary['d1']:.3f}  clusters {len(summary['clusters']) or 1}"
+        + (
+            f"  validation abs_rel {summary['validation']['abs_rel']:.3f}"
+            if "validation" in summary
+            else ""
+        )
     )

@@ -32,6 +32,10 @@ ALL_METHODS = (
 #: Table 3b's overlap ratios (1.0 is the single cluster: every client together).
 SWEEP = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 1.0)
 
+#: FeDepth's parameters a rule sweep (``--sweep merge=subsets,cliques``) can vary: the merge
+#: rule, the routing rule, or a preset of both (fedepth.cluster_rules).
+RULE_SWEEP_KEYS = ("merge", "routing", "rules")
+
 
 @dataclass(frozen=True)
 class BenchSpec:
@@ -57,6 +61,10 @@ class BenchSpec:
     seeds: tuple[int, ...] = ()
     #: start over: remove what an earlier benchmark left in ``out`` instead of resuming it
     fresh: bool = False
+    #: FeDepth's rule sweep: (parameter, value) points, e.g. (("merge", "subsets"), ("merge",
+    #: "cliques")), each run with FeDepth's configured parameters and that one replaced
+    #: (parameters: :data:`RULE_SWEEP_KEYS`)
+    rule_sweep: tuple[tuple[str, str], ...] = ()
 
     @property
     def seed_list(self) -> tuple[int, ...]:
@@ -150,3 +158,12 @@ def scenario_defaults(scenario: str) -> dict[str, Any]:
 
 def sweep_name(ratio: float) -> str:
     return f"fedepth@{round(ratio * 100):d}%"
+
+
+def rule_point(point: tuple[str, str]) -> str:
+    """A rule-sweep point as results.json keys it: ``merge=cliques``."""
+    return f"{point[0]}={point[1]}"
+
+
+def rule_sweep_name(point: tuple[str, str]) -> str:
+    return f"fedepth {rule_point(point)}"

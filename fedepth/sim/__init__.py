@@ -43,6 +43,7 @@ from fedepth.sim.records import (
     MethodRun,
     RoundRecord,
     final_metrics,
+    final_validation,
     strategy_outputs,
 )
 from fedepth.sim.simulation import Checkpointer, RunState, Simulation
@@ -73,6 +74,7 @@ __all__ = [
     "eval_indices",
     "evaluate_sequence",
     "final_metrics",
+    "final_validation",
     "fleet_extractor",
     "initial_model",
     "make_executor",

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fedepth.data.holdout import check_share
 from fedepth.depth_range import FLEET
 from fedepth.models import DepthModel, create_model
 from fedepth.models.base import DESCRIPTOR_LAYERS, DescriptorLayers
@@ -105,9 +106,14 @@ class SimConfig:
     #: no group bounds) by default, as in the coordinator.
     max_update_norm: float | None = None
     max_group_norms: Mapping[str, float] = field(default_factory=dict)
+    #: the share of every training client's frames held out of its training as its
+    #: validation split: the tail of each of its sequences (fedepth.data.holdout), scored
+    #: with the model the client downloads in every evaluated round; in [0, 1), 0: none
+    validation_share: float = 0.0
 
     def __post_init__(self) -> None:
         self.update_bounds()  # a bound <= 0 is refused now, not in the first round
+        check_share(self.validation_share)
         if self.encoder_init not in ENCODER_INITS:
             raise ValueError(
                 f"encoder_init must be one of {', '.join(ENCODER_INITS)}, got "

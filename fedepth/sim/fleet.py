@@ -8,9 +8,10 @@ bridge's ClientApp) runs on its own data.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ import torch
 from tqdm import tqdm
 
 from fedepth import clustering
+from fedepth.data.holdout import holdout_validation
 from fedepth.data.scenario import Client, Scenario
 from fedepth.data.sequence import Sequence as RGBDSequence
 from fedepth.data.torchdata import descriptor_rgb
@@ -30,12 +32,17 @@ from fedepth.strategies.pacfl import BASIS_KEY
 
 @dataclass
 class Fleet:
-    """A scenario prepared for simulation: client infos with descriptors, test-time queries."""
+    """A scenario prepared for simulation: client infos with descriptors, test-time queries.
+
+    With a validation split (``SimConfig.validation_share``), ``scenario``'s clients hold the
+    heads of their sequences alone (what they train on and are described by) and
+    ``validation`` their held-out tails, by client name; without one it is empty."""
 
     scenario: Scenario
     infos: list[ClientInfo]
     test_queries: list[tuple[RGBDSequence, Descriptor, dict[str, np.ndarray]]]
     descriptor_seconds: float
+    validation: dict[str, list[RGBDSequence]] = field(default_factory=dict)
 
     @property
     def clients(self) -> list[Client]:
@@ -102,10 +109,18 @@ def prepare_fleet(
     ``encoder_model``'s frozen encoder (a depth model, or the ImageNet encoder alone).
 
     Training clients describe n frames sampled over their data; an unseen test sequence is
-    described from its first n frames, as a robot would at the start of a deployment.
+    described from its first n frames, as a robot would at the start of a deployment. With
+    ``config.validation_share`` > 0 the tail of every client sequence is held out first
+    (:func:`~fedepth.data.holdout.holdout_validation`; it raises
+    :class:`~fedepth.data.holdout.ValidationSplitError` for a client it leaves without
+    training or validation frames): the clients are described by, and train on, the rest.
     """
     t0 = time.perf_counter()
     size = config.image_size
+    validation: dict[str, list[RGBDSequence]] = {}
+    if config.validation_share > 0:
+        clients, validation = holdout_validation(scenario.clients, config.validation_share)
+        scenario = dataclasses.replace(scenario, clients=clients)
 
     def to_tensor(img: Any) -> torch.Tensor:
         return descriptor_rgb(img, size)
@@ -125,7 +140,7 @@ def prepare_fleet(
         queries.append(
             (seq, desc, {BASIS_KEY: clustering.subspace_basis(feats.T, config.pacfl_basis)})
         )
-    return Fleet(scenario, infos, queries, time.perf_counter() - t0)
+    return Fleet(scenario, infos, queries, time.perf_counter() - t0, validation)
 
 
 class _FirstFrames:

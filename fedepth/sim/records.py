@@ -7,7 +7,7 @@ of results.json), :func:`final_metrics`: the mean over the evaluations of the la
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,10 @@ class RoundRecord:
     #: test sequence -> cluster (as a string) -> the metrics of that cluster's model alone, for
     #: every sequence served by an average of several clusters (the averaged rounds only)
     candidates: dict[str, dict[str, dict[str, float]]] | None = None
+    #: the validation split's metrics (``SimConfig.validation_share`` > 0, evaluated rounds):
+    #: ``all`` (the mean over clients) and ``client:<name>``, each client's held-out frames
+    #: scored with the model it downloads
+    validation: dict[str, dict[str, float]] | None = None
 
     @property
     def overhead_seconds(self) -> float:
@@ -55,6 +59,8 @@ class MethodRun:
     samples: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]
     params: dict[str, Any]
     strategy: Strategy
+    #: the validation split's final numbers (:func:`final_validation`; empty: none scored)
+    validation: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         train = sum(r.train_seconds for r in self.rounds)
@@ -101,6 +107,7 @@ class MethodRun:
                 if (candidates := route_candidates(self.rounds))
                 else {}
             ),
+            **({"validation": self.validation} if self.validation else {}),
         }
 
 
@@ -143,6 +150,28 @@ def final_metrics(
     }
     per_seq = {g[4:]: _mean_dicts([t[g] for t in tests]) for g in last if g.startswith("seq:")}
     return final, groups, per_seq
+
+
+def final_validation(records: Sequence[RoundRecord], last_rounds: int) -> dict[str, Any]:
+    """A run's validation numbers, as :func:`final_metrics` gives its test numbers: the table
+    metrics (``abs_rel``, ...) and ``final_all`` of the mean over clients, ``per_client``, each
+    the mean over the validation scores of the last ``last_rounds`` rounds, and ``curve``: the
+    mean Abs Rel over clients of every round (None where a round was not scored). Empty when
+    no round was scored on a validation split."""
+    if not any(r.validation for r in records):
+        return {}
+    scored = [r.validation for r in records[-last_rounds:] if r.validation]
+    final = _mean_dicts([v["all"] for v in scored])
+    clients = [g for g in scored[-1] if g.startswith("client:")] if scored else []
+    return {
+        **{k: final[k] for k in TABLE_METRICS if k in final},
+        "final_all": final,
+        "per_client": {
+            g.removeprefix("client:"): _mean_dicts([v[g] for v in scored if g in v])
+            for g in clients
+        },
+        "curve": [r.validation["all"]["abs_rel"] if r.validation else None for r in records],
+    }
 
 
 def strategy_outputs(

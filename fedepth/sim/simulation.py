@@ -33,6 +33,7 @@ from fedepth.sim.records import (
     RoundRecord,
     _mean_dicts,
     final_metrics,
+    final_validation,
     strategy_outputs,
 )
 from fedepth.sim.wire import state_nbytes, wire_seconds
@@ -210,6 +211,7 @@ class Simulation:
             samples,
             params,
             strategy,
+            final_validation(records, cfg.last_rounds),
         )
 
     def evaluate_round(
@@ -217,7 +219,8 @@ class Simulation:
     ) -> dict[str, list[Sample]] | None:
         """Evaluate after round ``rec.round`` where a run does (its last ``last_rounds`` rounds
         and every ``eval_every``-th): fills ``rec``'s test metrics and routes and, in the
-        averaged rounds, its route candidates; returns the pictures (None: not evaluated).
+        averaged rounds, its route candidates and, with a validation split, its validation
+        metrics (:meth:`validate`); returns the pictures (None: not evaluated).
         What every transport that drives ``strategy`` round by round calls after a round."""
         cfg = self.config
         last = rec.round >= cfg.rounds - cfg.last_rounds
@@ -226,7 +229,28 @@ class Simulation:
         rec.test, rec.routes, samples = self.evaluate(strategy)
         if last:
             rec.candidates = self.score_candidates(strategy, rec.routes) or None
+        if self.fleet.validation:
+            rec.validation = self.validate(strategy)
         return samples
+
+    def validate(self, strategy: Strategy) -> dict[str, dict[str, float]]:
+        """Every training client's held-out frames (``fleet.validation``) scored with the
+        model it downloads (:meth:`Strategy.model_for`: a clustered method's mean of the
+        client's clusters, a global method's model, CL's pooled one): ``client:<name>`` (the
+        mean over its validation sequences) and ``all``, the mean over clients. The test
+        sequences play no part."""
+        pooled = bool(getattr(strategy, "pooled", False))
+        per_client: dict[str, dict[str, float]] = {}
+        for client in self.fleet.clients:
+            sequences = self.fleet.validation.get(client.name, [])
+            if not sequences:
+                continue
+            set_state(self._eval_model, strategy.model_for("pooled" if pooled else client.name))
+            rows = [evaluate_sequence(self._eval_model, s, self.config)[0] for s in sequences]
+            per_client[client.name] = _mean_dicts(rows)
+        out = {"all": _mean_dicts(list(per_client.values()))}
+        out.update({f"client:{k}": v for k, v in per_client.items()})
+        return out
 
     def evaluate(
         self, strategy: Router
