@@ -17,7 +17,6 @@ and renamed into place, so an interrupted process leaves either the old file or 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -28,6 +27,7 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from fedepth.atomic import atomic_path, atomic_write_text
 from fedepth.sim import RoundRecord, RunState, Sample
 
 #: Format of the files below; a checkpoint of another format is not resumed from.
@@ -39,9 +39,7 @@ SAMPLES = "samples.safetensors"
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file renamed into place."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, text)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -77,9 +75,8 @@ def save_tree(path: Path, tree: Mapping[str, Any]) -> None:
                 entries.append(([*prefix, str(key)], len(tensors) - 1))
 
     walk(tree, [])
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata={"tree": json.dumps(entries)})
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata={"tree": json.dumps(entries)})
 
 
 def load_tree(path: Path) -> dict[str, Any]:

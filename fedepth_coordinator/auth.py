@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import os
 import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +25,7 @@ from typing import Any
 import grpc
 import yaml
 
+from fedepth.atomic import atomic_write_text
 from fedepth_coordinator.errors import shown
 from fedepth_coordinator.state.base import ID_PATTERN, valid_id
 
@@ -101,14 +101,8 @@ def add_principal(path: str | Path, principal_id: str, role: str = "robot") -> s
         }
     }
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp")
     header = "# fedepth coordinator credentials: principal id -> role and SHA-256 of its token.\n"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(header + yaml.safe_dump(body, sort_keys=False))
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(p)
+    atomic_write_text(p, header + yaml.safe_dump(body, sort_keys=False), mode=0o600, fsync=True)
     return token
 
 

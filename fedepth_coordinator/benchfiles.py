@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save_file
 
+from fedepth.atomic import atomic_write_text
 from fedepth.models.card import CARD_KEY, card_of
 from fedepth.sim import Fleet, SimConfig, config_dict
 
@@ -49,9 +50,7 @@ def tail(path: Path, lines: int = 15) -> str:
 
 
 def write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(data))
 
 
 def eval_rounds(config: SimConfig) -> list[int]:

@@ -12,11 +12,11 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from types import FrameType
 
 import yaml
 
+from fedepth.atomic import atomic_write_text
 from fedepth_coordinator.auth import ROLES, add_principal
 from fedepth_coordinator.config import (
     ConfigError,
@@ -124,9 +124,7 @@ def _serve(config: CoordinatorConfig, port_file: str | None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     port = server.start()
     if port_file:
-        tmp = Path(f"{port_file}.tmp")
-        tmp.write_text(f"{port}\n", encoding="utf-8")
-        tmp.replace(port_file)
+        atomic_write_text(port_file, f"{port}\n")
     done.wait()
     server.stop()
     return 0

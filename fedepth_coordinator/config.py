@@ -9,7 +9,6 @@ working directory. The server saves the resolved copy as ``<state dir>/config.re
 from __future__ import annotations
 
 import dataclasses
-import os
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -19,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from fedepth.atomic import atomic_write_text
 from fedepth.depth_range import FLEET
 from fedepth.recipe import TrainRecipe, round_lr
 from fedepth.strategies.aggregate import AGGREGATIONS
@@ -514,10 +514,6 @@ def save_resolved(config: CoordinatorConfig, directory: str | Path) -> Path:
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = d / "config.resolved.yaml"
-    tmp = path.with_suffix(".yaml.tmp")
     text = "# The resolved coordinator configuration of the last start (file + overrides).\n"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text + yaml.safe_dump(to_dict(config), sort_keys=False))
-    tmp.replace(path)
+    atomic_write_text(path, text + yaml.safe_dump(to_dict(config), sort_keys=False), mode=0o600)
     return path

@@ -31,6 +31,7 @@ from flwr.app import ArrayRecord, MetricRecord
 from flwr.serverapp import Grid
 from safetensors.numpy import save_file
 
+from fedepth.atomic import atomic_path
 from fedepth.sim import (
     Fleet,
     MethodRun,
@@ -103,9 +104,8 @@ def save_server_state(path: Path, strategy: FedepthStrategy) -> None:
         for name, arr in state.items()
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    save_file(flat, str(tmp), metadata={"meta": json.dumps(meta, default=str)})
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        save_file(flat, str(tmp), metadata={"meta": json.dumps(meta, default=str)})
 
 
 class FlowerRunner:

@@ -34,6 +34,7 @@ from rclpy.parameter import Parameter
 from rosbags.typesys import Stores, get_typestore
 from sensor_msgs.msg import CameraInfo, Image
 
+from fedepth.atomic import atomic_write_text
 from fedepth.data import rosmsg
 from fedepth.data.bags import (
     BagError,
@@ -217,9 +218,7 @@ def main(args: list[str] | None = None) -> int:
         if node.sample is not None:
             rgb, gt, pred = node.sample
             np.savez(out.with_suffix(".npz"), rgb=rgb, gt=gt, pred=pred)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(json.dumps(result), encoding="utf-8")
-        tmp.replace(out)
+        atomic_write_text(out, json.dumps(result))
         scored = [r["native"] for r in result["rows"] if r.get("native")]
         summary = (
             f"; mean Abs Rel {np.mean([s['abs_rel'] for s in scored]):.3f}, "

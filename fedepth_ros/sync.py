@@ -12,7 +12,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
-import os
 import queue
 import threading
 from collections import deque
@@ -22,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from fedepth.atomic import atomic_path
 from fedepth.data.frames import FrameLike, RGBDFrame
 
 log = logging.getLogger(__name__)
@@ -246,8 +246,7 @@ class BufferStats:
 
 def save_frame(path: Path, frame: FrameLike) -> None:
     """Write one frame as an uncompressed .npz (atomically: temporary file, then rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
+    with atomic_path(path) as tmp, tmp.open("wb") as f:
         np.savez(
             f,
             rgb=frame.rgb,
@@ -255,7 +254,6 @@ def save_frame(path: Path, frame: FrameLike) -> None:
             K=frame.K,
             stamp_ns=np.int64(frame.stamp_ns),
         )
-    os.replace(tmp, path)
 
 
 def load_frame(path: Path) -> RGBDFrame:
