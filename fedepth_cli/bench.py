@@ -304,6 +304,22 @@ def _interrupted(out: Path) -> int:
     return 130
 
 
+def _check_validation_split(data: Path, share: float) -> None:
+    """Refuse, before anything is written, a validation share that leaves a client of the
+    given scenario no training or no validation frame (a generated scenario is checked once
+    it is generated, before pretraining)."""
+    from fedepth.data.holdout import ValidationSplitError, holdout_validation
+    from fedepth.data.scenario import load_scenario
+
+    scenario = load_scenario(data)
+    try:
+        holdout_validation(scenario.clients, share)
+    except ValidationSplitError as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        scenario.close()
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from fedepth.bench import (
         OutConflictError,
@@ -337,6 +353,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise CliError(f"--out {out} exists and is not a directory")
+    if spec.data_dir is not None and spec.sim.validation_share > 0:
+        _check_validation_split(spec.data_dir, spec.sim.validation_share)
     try:
         if not spec.fresh:
             check_out(spec)  # before any data, pretraining or descriptors

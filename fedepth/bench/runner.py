@@ -78,6 +78,11 @@ def run_benchmark(
     still run in-process. fedepth has none itself: see :mod:`fedepth.transport`.
     """
     check_transport(spec.transport, transport)
+    if spec.sim.validation_share > 0 and spec.transport != "inprocess":
+        raise ValueError(
+            f"a validation split needs the in-process transport: the robots of {spec.transport} "
+            "train on all of their frames"
+        )
     if spec.fresh:
         clear_out(spec.out)
     check_out(spec)
