@@ -5,26 +5,35 @@ Two ranges exist, those of the benchmarks the paper evaluates on: indoor as NYUv
 caps (metrics count a pixel only where ``min_depth < gt < max_depth``) and as a model's output
 range. A fleet model must cover both, so :data:`FLEET` (the outdoor range) is the range of a
 model built without one: the simulation's, the coordinator's fresh model, ``create_model``'s.
+
+Every depth range the project takes in (a :class:`DepthRange`, a sequence's caps, a model, a
+model card, the coordinator's configuration, a bag's metadata) is checked by the one rule of
+:func:`check_depth_range`: ``0 < min_depth < max_depth``, both finite.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+
+def check_depth_range(min_depth: float, max_depth: float, what: str = "a depth range") -> None:
+    """Raise ValueError (naming ``what``) unless ``0 < min_depth < max_depth``, both finite."""
+    if not (math.isfinite(min_depth) and math.isfinite(max_depth) and 0 < min_depth < max_depth):
+        raise ValueError(
+            f"{what}: need 0 < min_depth < max_depth (finite), got {min_depth} and {max_depth}"
+        )
 
 
 @dataclass(frozen=True)
 class DepthRange:
-    """``min_depth`` to ``max_depth`` in metres (``0 <= min_depth < max_depth``)."""
+    """``min_depth`` to ``max_depth`` in metres (:func:`check_depth_range`)."""
 
     min_depth: float
     max_depth: float
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.min_depth < self.max_depth:
-            raise ValueError(
-                f"a depth range needs 0 <= min_depth < max_depth, got {self.min_depth} and "
-                f"{self.max_depth}"
-            )
+        check_depth_range(self.min_depth, self.max_depth)
 
 
 #: NYUv2's evaluation caps: indoor scenes

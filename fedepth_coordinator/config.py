@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from fedepth.atomic import atomic_write_text
-from fedepth.depth_range import FLEET
+from fedepth.depth_range import FLEET, check_depth_range
 from fedepth.recipe import TrainRecipe, round_lr
 from fedepth.strategies.aggregate import AGGREGATIONS
 from fedepth.updates import UpdateBounds
@@ -364,11 +364,10 @@ def _check(c: CoordinatorConfig) -> None:
     )
     need(0 <= v.trim_fraction < 0.5, "validation.trim_fraction", "must lie in [0, 0.5)")
     need(c.model.synthetic.size_mb > 0, "model.synthetic.size_mb", "must be > 0")
-    need(
-        0 < c.model.min_depth < c.model.max_depth,
-        "model",
-        f"need 0 < min_depth < max_depth, got {c.model.min_depth} and {c.model.max_depth}",
-    )
+    try:
+        check_depth_range(c.model.min_depth, c.model.max_depth, "model")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     need(
         c.model.pretrain in PRETRAIN_PROFILES,
         "model.pretrain",

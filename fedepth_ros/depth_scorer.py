@@ -44,7 +44,7 @@ from fedepth.data.bags import (
     select_connections,
 )
 from fedepth.data.crops import evaluation_crop
-from fedepth.depth_range import OUTDOOR
+from fedepth.depth_range import OUTDOOR, check_depth_range
 from fedepth.metrics import compute_errors
 from fedepth_ros.dds import use_large_data_profile
 from fedepth_ros.interrupts import stopping, watch_sigint
@@ -79,6 +79,10 @@ class GroundTruth:
         self.source = str(custom.get("fedepth.source", ""))
         self.min_depth = float(custom.get("fedepth.min_depth", OUTDOOR.min_depth))
         self.max_depth = float(custom.get("fedepth.max_depth", OUTDOOR.max_depth))
+        try:
+            check_depth_range(self.min_depth, self.max_depth, f"bag {bag}: fedepth.*_depth")
+        except ValueError as exc:
+            raise BagError(str(exc)) from None
         self.platform = str(custom.get("fedepth.platform", ""))
         self.environment = str(custom.get("fedepth.environment", ""))
 

@@ -12,7 +12,7 @@ from typing import Any, overload
 import numpy as np
 import numpy.typing as npt
 
-from fedepth.depth_range import OUTDOOR
+from fedepth.depth_range import OUTDOOR, check_depth_range
 
 #: Platforms and environments used across the project (M3ED's robots plus NYUv2's handheld rig).
 PLATFORMS = ("car", "spot", "falcon", "handheld")
@@ -37,11 +37,7 @@ class SequenceMeta:
     max_depth: float = OUTDOOR.max_depth
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.min_depth < self.max_depth:
-            raise ValueError(
-                f"depth caps must satisfy 0 <= min_depth < max_depth, got {self.min_depth} and "
-                f"{self.max_depth}"
-            )
+        check_depth_range(self.min_depth, self.max_depth, "depth caps")
 
 
 @dataclass(frozen=True, eq=False)

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedepth.depth_range import check_depth_range
 from fedepth.losses import silog_loss
 from fedepth.models.encoders import Encoder
 
@@ -119,8 +120,7 @@ class DepthModel(FeatureExtractor):
         self, *, encoder: Encoder, min_depth: float, max_depth: float, variance_focus: float = 0.85
     ) -> None:
         super().__init__(encoder)
-        if not 0 < min_depth < max_depth:
-            raise ValueError(f"need 0 < min_depth < max_depth, got {min_depth} and {max_depth}")
+        check_depth_range(min_depth, max_depth, "a depth model")
         self.min_depth = float(min_depth)
         self.max_depth = float(max_depth)
         self.variance_focus = float(variance_focus)

@@ -20,7 +20,7 @@ from typing import Any
 
 from torch import nn
 
-from fedepth.depth_range import FLEET
+from fedepth.depth_range import FLEET, check_depth_range
 from fedepth.models.base import IMAGENET_MEAN, IMAGENET_STD
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,9 @@ class ModelCard:
     #: the ImageNet checkpoint the encoder started from (``{"file": ..., "sha256": ...}``);
     #: None: a random start. :meth:`build` needs the same file on this machine.
     encoder_checkpoint: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        check_depth_range(self.min_depth, self.max_depth, f"the model card of {self.model}")
 
     def to_json(self) -> str:
         d = asdict(self)

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from fedepth.depth_range import FLEET
+from fedepth.depth_range import FLEET, check_depth_range
 from fedepth.models.base import DepthModel
 
 Factory = Callable[..., DepthModel]
@@ -77,8 +77,7 @@ def create_model(
         raise KeyError(
             f"unknown model {name!r}; known models: {', '.join(list_models())}"
         ) from None
-    if not 0 < min_depth < max_depth:
-        raise ValueError(f"need 0 < min_depth < max_depth, got {min_depth} and {max_depth}")
+    check_depth_range(min_depth, max_depth, f"model {name!r}")
     try:
         model = factory(min_depth=float(min_depth), max_depth=float(max_depth), **cfg)
     except TypeError as exc:
