@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fedepth.atomic import fsync_path
 from fedepth_coordinator.state.base import BlobWriter
 
 #: Modes of the state's directories and files: the state is the fleet's models.
@@ -30,14 +31,6 @@ def private_dir(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
     with contextlib.suppress(OSError):  # not ours to change (a mounted volume): keep going
         os.chmod(path, DIR_MODE)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 #: Written bytes handed to the kernel for writeback at a time (see :func:`_writeback_starter`).
@@ -108,7 +101,7 @@ class FileBlobWriter(BlobWriter):
         os.fsync(fd)
         self._file.close()
         os.replace(self._tmp, self._final)
-        _fsync_dir(self._final.parent)
+        fsync_path(self._final.parent)
         self._on_commit(self._hash.hexdigest(), self._written)
 
     def abort(self) -> None:
