@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from fedepth.atomic import atomic_path
 from fedepth.bench.spec import BenchSpec
 from fedepth.data.scenario import Scenario
 from fedepth.models import load_weights, save_weights
@@ -91,9 +92,8 @@ def ensure_weights(
         )
         t0 = time.perf_counter()
         model = pretrain(scenario, c, progress=spec.progress)
-        tmp = path.with_suffix(".tmp")
-        save_weights(model, tmp)
-        tmp.replace(path)
+        with atomic_path(path) as tmp:  # two processes pretraining at once: both whole
+            save_weights(model, tmp)
         note(f"seed {c.seed}: pretrained in {_minutes(t0)}")
     return path
 

@@ -155,42 +155,24 @@ def render_report(results: dict[str, Any]) -> str:
         ]
     out += _averaged_routes(m)
     sweep = results.get("overlap_sweep") or {}
-    if sweep:
-        ratios = list(sweep)
-        out += [
-            "## Table 3b: overlap ratio sweep (FeDepth)",
-            "",
-            "| Overlap target | " + " | ".join(f"{float(r):.0%}" for r in ratios) + " |",
-            "| --- | " + " | ".join("---:" for _ in ratios) + " |",
-            "| Abs Rel ↓ | "
-            + " | ".join(_cell(sweep[r], "abs_rel", spread) for r in ratios)
-            + " |",
-            "| clusters K | " + " | ".join(_clusters_k(sweep[r]) for r in ratios) + " |",
-            *_validation_rows("overlap_sweep", sweep, results.get("chosen"), spread),
-            "",
-            "100 % means one cluster holding every client (tau = infinity); a "
-            "target is met by the smallest tau whose merged map comes closest to it."
-            + (" K per seed where the seeds differ." if spread else ""),
-            "",
-        ]
+    out += _sweep_table(
+        "Table 3b: overlap ratio sweep (FeDepth)",
+        "Overlap target",
+        {r: f"{float(r):.0%}" for r in sweep},
+        ("overlap_sweep", sweep, results.get("chosen"), spread),
+        "100 % means one cluster holding every client (tau = infinity); a "
+        "target is met by the smallest tau whose merged map comes closest to it."
+        + (" K per seed where the seeds differ." if spread else ""),
+    )
     rule_sweep = results.get("rule_sweep") or {}
-    if rule_sweep:
-        points = list(rule_sweep)
-        out += [
-            "## FeDepth's rules (rule sweep)",
-            "",
-            "| Rules | " + " | ".join(f"`{p}`" for p in points) + " |",
-            "| --- | " + " | ".join("---:" for _ in points) + " |",
-            "| Abs Rel ↓ | "
-            + " | ".join(_cell(rule_sweep[p], "abs_rel", spread) for p in points)
-            + " |",
-            "| clusters K | " + " | ".join(_clusters_k(rule_sweep[p]) for p in points) + " |",
-            *_validation_rows("rule_sweep", rule_sweep, results.get("chosen"), spread),
-            "",
-            "Each point is FeDepth with its configured parameters and the one rule replaced; "
-            "tau is calibrated (or matched) on the map of each point's own merge rule.",
-            "",
-        ]
+    out += _sweep_table(
+        "FeDepth's rules (rule sweep)",
+        "Rules",
+        {p: f"`{p}`" for p in rule_sweep},
+        ("rule_sweep", rule_sweep, results.get("chosen"), spread),
+        "Each point is FeDepth with its configured parameters and the one rule replaced; "
+        "tau is calibrated (or matched) on the map of each point's own merge rule.",
+    )
     out += _validation(results, spread)
     group_names = sorted({g for v in m.values() for g in v["groups"]})
     if group_names:
@@ -255,6 +237,34 @@ def render_report(results: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _sweep_table(
+    title: str,
+    header: str,
+    labels: Mapping[str, str],
+    rows: tuple[str, Mapping[str, Any], Any, bool],
+    note: str,
+) -> list[str]:
+    """A sweep's table (one column per point, ``labels``: its heading), its validation rows
+    and ``note``; nothing when the sweep has no point. ``rows``: what
+    :func:`_validation_rows` takes (the sweep's key, the sweep, the chosen point, spread)."""
+    if not labels:
+        return []
+    _, sweep, _, spread = rows
+    points = list(labels)
+    return [
+        f"## {title}",
+        "",
+        f"| {header} | " + " | ".join(labels[p] for p in points) + " |",
+        "| --- | " + " | ".join("---:" for _ in points) + " |",
+        "| Abs Rel ↓ | " + " | ".join(_cell(sweep[p], "abs_rel", spread) for p in points) + " |",
+        "| clusters K | " + " | ".join(_clusters_k(sweep[p]) for p in points) + " |",
+        *_validation_rows(*rows),
+        "",
+        note,
+        "",
+    ]
 
 
 def _validation_rows(
