@@ -56,7 +56,7 @@ def cmd_fleet_status(args: argparse.Namespace) -> int:
 
 def cmd_fleet_replay(args: argparse.Namespace) -> int:
     """Benchmark a fleet through the real ROS nodes (ROS and gRPC are imported only here)."""
-    from fedepth_cli.bench import _methods, _size
+    from fedepth_cli.bench_spec import image_size, method_names
     from fedepth_ros.replay import FleetReplay, ReplayError, ReplaySpec
 
     if (args.scenario_dir is None) == (args.bags is None):
@@ -82,7 +82,7 @@ def cmd_fleet_replay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     spec = ReplaySpec(
-        methods=_methods(args.methods),
+        methods=method_names(args.methods),
         out=Path(args.out),
         max_robots=args.max_robots,
         rounds=args.rounds,
@@ -91,7 +91,7 @@ def cmd_fleet_replay(args: argparse.Namespace) -> int:
         backbone=args.backbone,
         cache_dir=Path(args.cache),
         weights=Path(args.weights) if args.weights else None,
-        image_size=_size(args.image_size),
+        image_size=image_size(args.image_size),
         local_steps=args.local_steps,
         rate=args.rate,
         lossless=not args.lossy,
