@@ -16,7 +16,8 @@ while someone subscribes to one of them. With ``weights`` set, frames are answer
 (card-checked) weights while the node waits for routing. The decision (clusters, weights, the
 round whose models were loaded) is published on ``fedepth/route`` (latched: transient-local);
 ``/diagnostics`` says what the node is doing and why nothing is published. The routing calls
-(retries, drift monitor, re-route) are :mod:`fedepth_ros.routing`. Parameters:
+(retries, a route with its round, drift monitor, re-route) are :mod:`fedepth_ros.routing`, the
+border's check and blanking :mod:`fedepth_ros.border`. Parameters:
 ``config/depth.yaml``, e.g.
 
     depth_node --ros-args --params-file config/depth.yaml -p coordinator:="''" \\
@@ -48,6 +49,7 @@ from fedepth.models import card_of
 from fedepth.strategies import RouteDecision
 from fedepth_coordinator.client import CoordinatorCallError, CoordinatorClient
 from fedepth_ros import messages
+from fedepth_ros.border import border_fractions, mask_border
 from fedepth_ros.drift import DriftMonitor
 from fedepth_ros.learner import (
     DepthPredictor,
@@ -59,7 +61,13 @@ from fedepth_ros.learner import (
 )
 from fedepth_ros.node_common import NodeConfigError, WorkerNode, connect, run_node, stream_qos
 from fedepth_ros.params import DEPTH_NODE, declare_parameters
-from fedepth_ros.routing import ROUTE_RETRY, drift_monitor, reroute_on_drift, retry_until_stopped
+from fedepth_ros.routing import (
+    ROUTE_RETRY,
+    drift_monitor,
+    reroute_on_drift,
+    retry_until_stopped,
+    route_with_round,
+)
 from fedepth_ros.sync import DropOldestQueue
 
 NODE_NAME = "depth_node"
@@ -427,7 +435,7 @@ class DepthNode(WorkerNode):
         self.route_state = f"routing {len(frames)} frames at the coordinator {self.coordinator}"
         self._route_summaries = summaries
         routed = retry_until_stopped(
-            lambda: self._route_now(client, descriptor, summaries),
+            lambda: route_with_round(client, descriptor, summaries),
             self.stop,
             lambda exc, backoff: self._retry("route", exc, backoff),
         )
@@ -438,17 +446,6 @@ class DepthNode(WorkerNode):
             self.describer = predictor.clone()
         decision, rounds = routed
         self._decision_ready = (decision, descriptor, predictor, rounds)
-
-    @staticmethod
-    def _route_now(
-        client: CoordinatorClient,
-        descriptor: Descriptor,
-        summaries: Mapping[str, np.ndarray] | None,
-    ) -> tuple[RouteDecision, int]:
-        """The decision with the averaged model, and the rounds closed before it was asked
-        for (the model is at least that recent)."""
-        rounds = client.fleet_status().round
-        return client.route(descriptor, include_model=True, summaries=summaries), rounds
 
     def _follow(self) -> None:
         """On its own thread once routed: each time a round of the fleet has closed, route the
@@ -463,7 +460,7 @@ class DepthNode(WorkerNode):
                 client = self._client_once()
                 if known is not None and client.fleet_status().round <= known:
                     continue
-                decision, rounds = self._route_now(client, descriptor, self._route_summaries)
+                decision, rounds = route_with_round(client, descriptor, self._route_summaries)
             except CoordinatorCallError as exc:
                 log.warning(
                     f"following the fleet's rounds: {exc}; keeping the loaded model "
@@ -568,34 +565,6 @@ class DepthNode(WorkerNode):
             if self.points_pub is not None:
                 points = rosmsg.depth_to_points(depth, k)
                 self.points_pub.publish(messages.points_message(points, header=msg.header))
-
-
-def border_fractions(values: Any) -> tuple[float, float, float, float]:
-    """The ``mask_border`` parameter as (top, bottom, left, right) fractions; ValueError names
-    what is wrong (not four numbers, one outside [0, 0.5))."""
-    try:
-        fractions = tuple(float(v) for v in values)
-    except (TypeError, ValueError):
-        raise ValueError(f"four numbers (top, bottom, left, right), got {values!r}") from None
-    if len(fractions) != 4:
-        raise ValueError(f"four numbers (top, bottom, left, right), got {len(fractions)}")
-    for side, f in zip(("top", "bottom", "left", "right"), fractions, strict=True):
-        if not 0.0 <= f < 0.5:
-            raise ValueError(f"{side} must be in [0, 0.5), got {f}")
-    return fractions[0], fractions[1], fractions[2], fractions[3]
-
-
-def mask_border(depth: np.ndarray, fractions: tuple[float, float, float, float]) -> np.ndarray:
-    """A copy of (H, W) ``depth`` with NaN within the (top, bottom, left, right) fractions of its
-    height and width, each rounded to whole pixels."""
-    h, w = depth.shape
-    top, bottom, left, right = (round(f * n) for f, n in zip(fractions, (h, h, w, w), strict=True))
-    out = np.array(depth, dtype=np.float32, copy=True)
-    out[:top] = np.nan
-    out[h - bottom :] = np.nan
-    out[:, :left] = np.nan
-    out[:, w - right :] = np.nan
-    return out
 
 
 def main(args: list[str] | None = None) -> int:

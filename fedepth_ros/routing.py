@@ -1,7 +1,8 @@
 """depth_node's routing calls to the coordinator, without ROS.
 
 Calls retried until they answer or the node stops (:func:`retry_until_stopped`; the failures
-in :data:`ROUTE_RETRY` may pass), the drift monitor that re-routing measures against the
+in :data:`ROUTE_RETRY` may pass), a route with the round its models are at least as recent
+as (:func:`route_with_round`), the drift monitor that re-routing measures against the
 coordinator's tau (:func:`drift_monitor`), and the route of a window that has drifted
 (:func:`reroute_on_drift`). The node logs through the ``log`` it passes (its own logger).
 """
@@ -58,6 +59,17 @@ def retry_until_stopped(
             on_failure(exc, backoff)
             backoff = min(10.0, backoff * 2)
     return None
+
+
+def route_with_round(
+    client: CoordinatorClient,
+    descriptor: Descriptor,
+    summaries: Mapping[str, np.ndarray] | None,
+) -> tuple[RouteDecision, int]:
+    """The decision with the averaged model, and the rounds closed before it was asked
+    for (the model is at least that recent)."""
+    rounds = client.fleet_status().round
+    return client.route(descriptor, include_model=True, summaries=summaries), rounds
 
 
 def drift_monitor(

@@ -11,7 +11,7 @@ import pytest
 
 from fedepth.data import rosmsg
 from fedepth.models import card_of, create_model, get_state, save_state, save_weights
-from fedepth_ros.depth_node import border_fractions, mask_border
+from fedepth_ros.border import border_fractions, mask_border
 from fedepth_ros.learner import check_served, model_from_card, model_from_weights, set_threads
 from fedepth_ros.node_common import empty_parameter_message
 
