@@ -30,7 +30,7 @@ from scipy import sparse
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
-from fedepth.cluster_rules import MERGE_RULES, BoolArray, check_merge, maximal_rows
+from fedepth.cluster_rules import MERGE_RULES, BoolArray, check_merge
 from fedepth.cluster_rules import canonical_rows as _canonical_rows
 from fedepth.cluster_rules import cluster_scores as cluster_scores
 from fedepth.cluster_rules import merge_subsets as merge_subsets
@@ -113,6 +113,59 @@ DENSE_LIMIT = 256
 OVERLAP_TOLERANCE = 0.0025
 
 
+#: A random look-up in the matrix costs about this many sparse-product steps (_maximal_rows).
+_LOOKUP_COST = 4
+
+
+def _maximal_rows(S: sparse.csr_matrix, a: np.ndarray, tau: float) -> np.ndarray:
+    """:func:`~fedepth.cluster_rules.maximal_rows` of the soft map ``S`` of ``a`` at ``tau``
+    (N x N CSR, symmetric, diagonal set), ascending.
+
+    Row i can only lie inside row j if j is i's neighbour with ``|j| >= |i|``, and only if
+    i's 64-bit signature (bit ``c % 64`` set for every member c) lies inside j's: necessary
+    conditions read off the stored entries. Each neighbour pair (i, j) that passes them is
+    tested exactly, member by member: every k of row i has ``a[min(j, k), max(j, k)] <= tau``
+    (the upper triangle, as the pairs are read) or is j; where those look-ups would cost more
+    than the suspect rows' intersection counts ``S[rows] S`` (dense neighbourhoods), the counts
+    decide. Either way no intersection counts of the whole map (``S S^T``) are formed.
+    """
+    n = S.shape[0]
+    size = np.diff(S.indptr)
+    owner = np.repeat(np.arange(n), size)
+    member = S.indices
+    bits = np.left_shift(np.uint64(1), (member % 64).astype(np.uint64))
+    signature = np.bitwise_or.reduceat(bits, S.indptr[:-1])  # no empty rows: diagonal set
+    maybe = (
+        (member != owner)
+        & (size[member] >= size[owner])
+        & ((signature[owner] & ~signature[member]) == 0)
+    )
+    ei, ej = owner[maybe], member[maybe]  # suspects: row ei inside row ej?
+    drop = np.zeros(n, dtype=bool)
+    if ei.size == 0:
+        return np.arange(n)
+    lens = size[ei]
+    suspects = np.unique(ei)
+    product_cost = np.add.reduceat(size[member], S.indptr[:-1])[suspects].sum()
+    if _LOOKUP_COST * int(lens.sum()) <= int(product_cost):  # few, small rows: look them up
+        offsets = np.cumsum(lens) - lens
+        pos = np.repeat(S.indptr[ei] - offsets, lens) + np.arange(int(lens.sum()))
+        k, jj = member[pos], np.repeat(ej, lens)
+        lo, hi = np.minimum(jj, k), np.maximum(jj, k)
+        value = a[lo, hi].astype(np.float64)  # compared in float64, as the pairs are
+        outside = (lo != hi) & ~(value <= tau)  # k is not in row j
+        inside = np.add.reduceat(outside.astype(np.int64), offsets) == 0
+        i, j = ei[inside], ej[inside]
+    else:  # dense neighbourhoods: the suspects' intersection counts, S[suspects] S
+        C = S[suspects] @ S  # S is symmetric: no transpose
+        rows = suspects[np.repeat(np.arange(suspects.size), np.diff(C.indptr))]
+        counted = C.data == size[rows]  # row i is contained in row j (i == j included)
+        i, j = rows[counted], C.indices[counted]
+    dominated = (size[j] > size[i]) | ((size[j] == size[i]) & (j < i))
+    drop[i[dominated]] = True
+    return np.flatnonzero(~drop)
+
+
 class _PairMap:
     """The soft maps of one matrix for every tau up to ``t_max``, from its sparse pairs, merged
     by the rule named ``merge`` (:data:`~fedepth.cluster_rules.MERGE_RULES`). The paper's
@@ -137,32 +190,41 @@ class _PairMap:
         self.i = np.concatenate(rows)
         self.j = np.concatenate(cols)
         self.a = np.concatenate(vals).astype(np.float64)
+        self._matrix = a  # the exact subset test looks pairs up in it
+        self._sorted: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._overlaps: dict[float, float] = {}
 
     def merged(self, tau: float) -> sparse.csr_matrix:
         """The merged map M* at ``tau`` (<= t_max) as a sparse K x N matrix (rows unordered).
 
         Row i of the soft map is i's closed neighbourhood N[i] in the graph of pairs within tau.
-        N[i] can only lie inside N[j] if j is i's neighbour (i is in N[i], hence in N[j]), so a
-        client without neighbours is a maximal singleton and only the others enter the
-        subset test.
+        The paper's rule keeps the rows no other row dominates (:func:`_maximal_rows`).
         """
         if self.rule != "subsets":
             rows = MERGE_RULES[self.rule](self._dense_map(tau))
             return sparse.csr_matrix(rows.astype(np.int32))
-        sel = self.a <= tau
-        i, j = self.i[sel], self.j[sel]
-        linked = np.zeros(self.n, dtype=bool)
-        linked[i] = linked[j] = True
-        nodes = np.flatnonzero(linked)
-        diag = np.arange(self.n)
-        r = np.concatenate([diag, i, j])
-        c = np.concatenate([diag, j, i])
-        S = sparse.csr_matrix((np.ones(r.size, dtype=np.int32), (r, c)), shape=(self.n, self.n))
-        if nodes.size == 0:
-            return S
-        keep = nodes[maximal_rows(S[nodes])]
-        lonely = np.flatnonzero(~linked)
-        return S[np.concatenate([keep, lonely])]
+        S = self._soft_map(tau)
+        return S[_maximal_rows(S, self._matrix, tau)]
+
+    def _soft_map(self, tau: float) -> sparse.csr_matrix:
+        """The soft map at ``tau`` (N x N, symmetric, diagonal set) in CSR form, read off the
+        neighbourhoods sorted once by divergence: each row's members within tau are a prefix
+        of its row (column indices unsorted within a row)."""
+        if self._sorted is None:
+            n = self.n
+            diag = np.arange(n)
+            r = np.concatenate([diag, self.i, self.j])
+            c = np.concatenate([diag, self.j, self.i])
+            v = np.concatenate([np.full(n, -np.inf), self.a, self.a])  # the diagonal first
+            order = np.lexsort((v, r))  # by row, then by divergence
+            self._sorted = (r[order], c[order], v[order])
+        rows, cols, vals = self._sorted
+        sel = vals <= tau
+        indptr = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows[sel], minlength=self.n), out=indptr[1:])
+        indices = cols[sel]
+        data = np.ones(indices.size, dtype=np.int32)
+        return sparse.csr_matrix((data, indices, indptr), shape=(self.n, self.n))
 
     def _dense_map(self, tau: float) -> BoolArray:
         """The symmetric soft map at ``tau`` (N x N, diagonal set), from the pairs."""
@@ -173,10 +235,19 @@ class _PairMap:
         return m
 
     def overlap(self, tau: float) -> float:
+        """The overlap ratio of the merged map at ``tau``; each tau is evaluated once (the
+        grid search's levels share their end points)."""
+        known = self._overlaps.get(tau)
+        if known is not None:
+            return known
         if self.rule == "subsets" and self.n <= DENSE_LIMIT:
-            return self._overlap_dense(tau)
-        counts = np.asarray(self.merged(tau).sum(axis=0)).ravel()
-        return float((counts >= 2).mean())
+            value = self._overlap_dense(tau)
+        else:
+            merged = self.merged(tau)
+            counts = np.bincount(merged.indices, minlength=self.n)
+            value = float((counts >= 2).mean())
+        self._overlaps[tau] = value
+        return value
 
     def _overlap_dense(self, tau: float) -> float:
         """:meth:`overlap` with dense matrices: faster for small fleets, where the calibration
