@@ -45,6 +45,16 @@ def _as_map(M: npt.ArrayLike) -> BoolArray:
     return m
 
 
+def _distinct_rows(M: npt.ArrayLike) -> np.ndarray:
+    """The distinct non-empty rows of the map ``M`` (0/1 uint8, K x N; K may be 0)."""
+    m = _as_map(M)
+    n = m.shape[1]
+    m = m[m.any(axis=1)]
+    if m.shape[0] == 0:
+        return np.zeros((0, n), dtype=np.uint8)
+    return np.unpackbits(np.unique(np.packbits(m, axis=1), axis=0), axis=1, count=n)
+
+
 def merge_subsets(M: npt.ArrayLike) -> BoolArray:
     """Merge redundant clusters: the K x N map of the maximal distinct rows of ``M``.
 
@@ -55,12 +65,9 @@ def merge_subsets(M: npt.ArrayLike) -> BoolArray:
     result depends on the client order only through the relabelling of the columns. Empty rows
     are dropped. Every client that belongs to a row of ``M`` belongs to a row of the result.
     """
-    m = _as_map(M)
-    n = m.shape[1]
-    m = m[m.any(axis=1)]
-    if m.shape[0] == 0:
-        return np.zeros((0, n), dtype=bool)
-    rows = np.unpackbits(np.unique(np.packbits(m, axis=1), axis=0), axis=1, count=n)
+    rows = _distinct_rows(M)
+    if rows.shape[0] == 0:
+        return rows.astype(bool)
     keep = maximal_rows(sparse.csr_matrix(rows, dtype=np.int32))
     return canonical_order(rows[keep].astype(bool))
 
@@ -72,13 +79,7 @@ def merge_duplicates(M: npt.ArrayLike) -> BoolArray:
     (every member's neighbourhood the same few clients) keeps its model even where one client
     near everyone has a neighbourhood holding it. Every client of a row of ``M`` stays.
     """
-    m = _as_map(M)
-    n = m.shape[1]
-    m = m[m.any(axis=1)]
-    if m.shape[0] == 0:
-        return np.zeros((0, n), dtype=bool)
-    rows = np.unpackbits(np.unique(np.packbits(m, axis=1), axis=0), axis=1, count=n)
-    return canonical_order(rows.astype(bool))
+    return canonical_order(_distinct_rows(M).astype(bool))
 
 
 def merge_cliques(M: npt.ArrayLike) -> BoolArray:
